@@ -72,6 +72,15 @@ pub(super) struct ToRelease {
     /// spec). Judged by the scheduler on the rounds asked for after the
     /// sibling's (`RoundInputs::floor`).
     pub(super) floor: Option<quota::resources::ResourceList>,
+    /// Where it admitted all it planned and its queue could not preempt
+    /// its own running work: the least limits on which a round on its
+    /// write could admit anything still queued, as `floor` (whether or
+    /// not it left room). Room to borrow that grows without reaching them
+    /// changes nothing a round plans (`RoundInputs::reach`).
+    pub(super) reach: Option<quota::resources::ResourceList>,
+    /// The version of the quota it planned on (`reach` holds for that
+    /// version only).
+    pub(super) planned_on: Option<crate::store::Stamp>,
     /// Its write of the quota, if it wrote (`Service::admit_round`).
     pub(super) written: Option<crate::service::Written>,
     /// It left room to a fairer sibling while its queue may preempt its
@@ -235,6 +244,7 @@ impl Context {
             true => reread(self.service.proven(name).await?, &mut stamp),
             false => q,
         };
+        out.planned_on = Some(stamp.clone());
         let folding = self.service.fold_marks(&mut q, &marked, now);
         // The write uses this fold while the quota is still this version.
         let folded_at =
@@ -411,11 +421,15 @@ impl Context {
         let may_preempt = running
             .as_deref()
             .is_some_and(|r| queue::preempt::may_take(&known, r));
-        if yielded && admitted.len() == out.planned {
+        if admitted.len() == out.planned {
             if may_preempt {
-                out.unkept_yield = true;
+                out.unkept_yield = yielded;
             } else {
-                out.floor = queue::room::floor(&q, &pool, &known, &decisions, &admitted);
+                let floor = queue::room::floor(&q, &pool, &known, &decisions, &admitted);
+                if yielded {
+                    out.floor = floor.clone();
+                }
+                out.reach = floor;
             }
         }
         out.admitted = admitted

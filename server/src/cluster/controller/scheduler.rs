@@ -87,6 +87,12 @@ pub(super) struct RoundInputs {
     /// limits reach it, whether or not the room grew: the sibling did not
     /// take all it was left.
     pub floor: Option<ResourceList>,
+    /// Set on a kept round whose queue could not preempt its own running
+    /// work, planned on `stamp` (`ToRelease::reach`): the least limits on
+    /// which a round on the same inputs could admit anything still
+    /// queued. Room to borrow that grew without reaching them is no
+    /// change: nothing queued fits it.
+    pub reach: Option<ResourceList>,
 }
 
 /// What to do with a round asked for, against the quota's last idle one
@@ -111,13 +117,14 @@ impl RoundInputs {
     /// planned, when that one planned no admission (or admitted all it
     /// planned): the same quota, held
     /// objects and classes, and on no key more room to borrow (a sibling's
-    /// admission only takes room; its release gives some, and is a change),
-    /// nor, where `self` left room to a fairer sibling, room still reaching
-    /// its `floor`.
+    /// admission only takes room; its release gives some, and is a change)
+    /// or, where `self` knows what anything still queued needs at least,
+    /// no more than stays short of it (`reach`); nor, where `self` left
+    /// room to a fairer sibling, room still reaching its `floor`.
     pub fn unchanged(&self, now: &RoundInputs) -> bool {
         self.arrived == now.arrived
             && self.same_but_room(now)
-            && self.no_more_room(now)
+            && self.no_room_for_more(now)
             && !self.left_room_fits(now)
     }
 
@@ -126,8 +133,19 @@ impl RoundInputs {
     pub fn only_arrived(&self, now: &RoundInputs) -> bool {
         now.arrived > self.arrived
             && self.same_but_room(now)
-            && self.no_more_room(now)
+            && self.no_room_for_more(now)
             && !self.left_room_fits(now)
+    }
+
+    /// Whether the room to borrow in `now` admits nothing `self` did not:
+    /// no key has more (`no_more_room`), or what grew does not reach the
+    /// least anything still queued needs (`reach`).
+    fn no_room_for_more(&self, now: &RoundInputs) -> bool {
+        self.no_more_room(now)
+            || self
+                .reach
+                .as_ref()
+                .is_some_and(|r| !quota::queue::room::fits_on(r, &now.limits))
     }
 
     /// Whether `self` left room to a fairer sibling and the limits in
@@ -272,7 +290,7 @@ impl Scheduler {
             "classes"
         } else if was.no_more_room(now) && was.left_room_fits(now) {
             "left-room"
-        } else if was.arrived != now.arrived && was.no_more_room(now) {
+        } else if was.arrived != now.arrived && was.no_room_for_more(now) {
             "arrivals"
         } else {
             "room"
@@ -482,7 +500,7 @@ impl Context {
     pub async fn queue_round(&self, name: &str) {
         let mut release = super::queue::ToRelease::default();
         let started = Instant::now();
-        let (inputs, unsettled, limits, written, floor) = {
+        let (inputs, unsettled, limits, written, floor, reach) = {
             let _serial = self.one_at_a_time(name).await;
             // What the round would read, as new as what asked for it.
             self.store_caught_up(name).await;
@@ -570,11 +588,16 @@ impl Context {
             let limits = release.limits.take();
             let written = release.written.take();
             let floor = release.floor.take();
+            // Only on the version its inputs read.
+            let reach = release
+                .reach
+                .take()
+                .filter(|_| release.planned_on.as_ref() == inputs.as_ref().map(|i| &i.stamp));
             // Marked as being released before the quota is let go: a
             // reconcile in between would otherwise ungate their pods
             // (`release_gated`) before the round releases the workloads.
             self.mark_releasing(&release);
-            (inputs, unsettled, limits, written, floor)
+            (inputs, unsettled, limits, written, floor, reach)
         };
         // The releases are writes through the webhooks: the quota is not
         // held meanwhile, so its reconcile never waits for them.
@@ -618,6 +641,7 @@ impl Context {
                 i.stamp = w.now;
             }
             i.floor = floor;
+            i.reach = reach;
             Ok(i)
         });
         self.scheduler.ended(name, inputs, started, self.now());
@@ -650,6 +674,7 @@ impl Context {
             classes: self.service.priorities.watched(),
             parent: stored.quota.spec.parent.clone(),
             floor: None,
+            reach: None,
         };
         Some((inputs, stored))
     }
@@ -739,6 +764,7 @@ mod tests {
             classes: None,
             parent: "org".into(),
             floor: None,
+            reach: None,
         }
     }
 
@@ -932,6 +958,46 @@ mod tests {
         let mut arrived = inputs(7, 3, Some("20"));
         arrived.arrived = 2;
         assert!(matches!(s.judge("a", &arrived), Judged::Arrived { .. }));
+    }
+
+    /// Room that grew without reaching what anything still queued needs at
+    /// least (`RoundInputs::reach`) changes nothing: the round is put off
+    /// as on the same room. Room that reaches it runs the round (after a
+    /// sibling's, once), as room that grew on a round with no reach.
+    #[test]
+    fn room_that_grew_short_of_the_least_queued_need_changes_nothing() {
+        let s = Scheduler::default();
+        let mut i = inputs(7, 3, Some("20"));
+        // Used 20 after its write; the least still queued asks 5: 25.
+        i.reach = Some(ResourceList::from([(
+            "requests.cpu".to_string(),
+            "25".parse().unwrap(),
+        )]));
+        assert!(i.unchanged(&inputs(7, 3, Some("24"))), "short of it");
+        assert!(!i.unchanged(&inputs(7, 3, Some("25"))), "reaching it");
+        assert!(!i.unchanged(&inputs(8, 3, Some("24"))), "a new version");
+        assert!(!i.unchanged(&inputs(7, 4, Some("24"))), "held objects");
+        s.ended("a", Ok(i.clone()), Instant::now(), T0);
+        assert!(matches!(
+            s.judge("a", &inputs(7, 3, Some("24.9"))),
+            Judged::PutOff(_)
+        ));
+        assert!(matches!(
+            s.judge("a", &inputs(7, 3, Some("25"))),
+            Judged::RoomGrew(_)
+        ));
+        assert_eq!(s.why_run("a", &inputs(7, 3, Some("25"))), "room");
+        // Room on a key the least need does not name admits nothing while
+        // the one it names stays short.
+        let mut more = inputs(7, 3, Some("24"));
+        more.limits
+            .insert("requests.memory".into(), "1Gi".parse().unwrap());
+        assert!(i.unchanged(&more));
+        // Arrivals alone are judged on what the arrivals need.
+        let mut arrived = inputs(7, 3, Some("24"));
+        arrived.arrived = 2;
+        assert!(i.only_arrived(&arrived));
+        assert_eq!(s.why_run("a", &arrived), "arrivals");
     }
 
     /// Room that grew alone puts a round off behind a sibling's once; the

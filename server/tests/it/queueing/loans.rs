@@ -599,3 +599,96 @@ async fn a_round_that_would_read_what_its_idle_one_read_is_not_run_until_room_fr
         idle_at.elapsed()
     );
 }
+
+/// Room that grows short of what anything queued needs changes nothing a
+/// round plans (docs/queueing.md §12, "Room that grew short of the least
+/// queued need"): a borrower whose head needs 3 beyond its used 4 (7 of
+/// max 8) gets no round when a sibling frees 2 of its room, and one that
+/// admits at once when the sibling frees the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_that_grows_short_of_the_heads_need_runs_no_round() {
+    const SKIPPED: &str = "bizrq_admission_queue_rounds_skipped_total";
+    let c = borrower_beside_a_lender("8").await;
+    for b in ["b1", "b2"] {
+        create_in(&c, "web", &job(b).ns("web").quota("b").cpu("2").obj())
+            .await
+            .unwrap();
+    }
+    until_listed(&c, "b", |q| used(q, "requests.cpu") == "4").await;
+    create_in(&c, "ml", &job("a1").quota("a").cpu("4").obj())
+        .await
+        .unwrap();
+    c.until("a", "a1 charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    create_in(&c, "ml", &job("a2").quota("a").cpu("3").obj())
+        .await
+        .unwrap();
+    assert!(suspended(&c, "a2"));
+    c.until("a", "a2 queued and named", |q| {
+        q["status"]["queue"][0]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+    // Its rounds settle on the quota's version: the round that named a2
+    // wrote, so the next one runs; once one is put off (a1's status
+    // updates ask for rounds), the last idle round read this version.
+    let put_off = || async { counter(&c, SKIPPED).await };
+    let before = put_off().await;
+    for active in 1..=50 {
+        let mut a1 = c.fake.get("batch", "jobs", "ml", "a1").unwrap();
+        a1["status"] = json!({"active": active % 2 + 1, "ready": active % 2});
+        c.fake.put(a1);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        if put_off().await > before {
+            break;
+        }
+    }
+    assert!(put_off().await > before, "a's rounds never settled");
+    // Rounds run, by cause, but for `first`: a round whose quota the
+    // controller's first quota list had not named yet (it forgets what
+    // that list does not hold) runs as a first one.
+    let run = || async {
+        let (_, text) = c.server.get_text("/metrics").await;
+        text.lines()
+            .filter(|l| l.starts_with("bizrq_admission_queue_rounds_run_total{"))
+            .filter(|l| !l.contains("cause=\"first\""))
+            .map(str::to_string)
+            .collect::<Vec<String>>()
+    };
+    let settled = run().await;
+    let idle_at = std::time::Instant::now();
+
+    // b1 goes: a could borrow 2, and its head needs 3.
+    let skipped = put_off().await;
+    delete_in(&c, "web", "b1").await;
+    until_listed(&c, "b", |q| used(q, "requests.cpu") == "2").await;
+    for _ in 0..100 {
+        if put_off().await > skipped {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        put_off().await > skipped,
+        "the round the freed room asked for was not put off"
+    );
+    assert_eq!(
+        run().await,
+        settled,
+        "a round ran for room that fits nothing queued"
+    );
+    assert!(suspended(&c, "a2"));
+
+    // b2 goes: 4 to borrow, a2 fits: a round at once.
+    delete_in(&c, "web", "b2").await;
+    c.until("a", "a2 admitted on a loan", |q| {
+        queue_refs(q).is_empty() && used(q, "requests.cpu") == "7"
+    })
+    .await;
+    assert!(
+        idle_at.elapsed() < std::time::Duration::from_secs(9),
+        "admitted by a round the freed room asked for, not by one put off: {:?}",
+        idle_at.elapsed()
+    );
+}
