@@ -276,3 +276,83 @@ async fn takes_room_back(c: Cluster) {
     c.until("late", "its head admitted", |q| cpu(q) == 4).await;
     assert!(cpu(&greedy) + 4 <= PARENT_CPU, "{greedy}");
 }
+
+/// A quota that left idle room to a fairer sibling whose own round then
+/// took none of it (here the sibling's max holds its head back, which the
+/// shares do not weigh) passes that sibling's head in its next round and
+/// admits, instead of leaving the room to it round after round until
+/// `MAX_YIELDS` (docs/queueing.md §11, "Who gets the room").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_a_fairer_sibling_did_not_take_is_taken_after_one_round() {
+    const YIELDED: &str = "bizrq_admission_queue_rounds_yielded_total{cause=\"nothing\"}";
+    let c = Cluster::start_on(
+        crate::fakeapi::FakeApi::new(),
+        tempfile::tempdir().unwrap(),
+        T0,
+    )
+    .await;
+    for (name, parent, hard, max) in [
+        ("org", "", "10", None),
+        ("a", "org", "0", Some("10")),
+        ("b", "org", "0", Some("3")),
+    ] {
+        let mut spec = json!({"parent": parent, "hard": {"requests.cpu": hard}});
+        if let Some(m) = max {
+            spec["max"] = json!({"requests.cpu": m});
+            spec["queueing"] = json!("Queue");
+        }
+        let (s, v) = c
+            .server
+            .api(
+                Method::POST,
+                "/api/v1/quotas",
+                Some(json!({"metadata": {"name": name}, "spec": spec})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    c.until_requested("job watch", |r| {
+        r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")
+    })
+    .await;
+    let create = |q: &'static str, name: &'static str, n: i64| {
+        let c = &c;
+        async move {
+            jobs_of(c, "alice", q)
+                .create(
+                    &PostParams::default(),
+                    &job(name).ns(q).quota(q).cpu(n).dynamic(),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    // b borrows 2 and a 6: 2 of org's 10 are idle.
+    create("b", "b-run", 2).await;
+    c.until("b", "b-run charged", |q| cpu(q) == 2).await;
+    create("a", "a-run", 6).await;
+    c.until("a", "a-run charged", |q| cpu(q) == 6).await;
+    // b's next waits for its max (2 + 2 > 3); the shares do not see that.
+    create("b", "b-next", 2).await;
+    c.until("b", "b-next queued and named", |q| {
+        q["status"]["queue"][0]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+    let yielded = |text: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(YIELDED)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    // a asks 1 at a share after of 7/10; b's head would be 4/10: b first.
+    create("a", "a-next", 1).await;
+    c.until("a", "a-next admitted", |q| cpu(q) == 7).await;
+    let (_, text) = c.server.get_text("/metrics").await;
+    let left = yielded(&text);
+    assert!(
+        (1.0..3.0).contains(&left),
+        "rounds of a that left the room to b and admitted nothing: {left} (MAX_YIELDS is 3)"
+    );
+    assert_eq!(cpu(&c.fake.quota("b")), 2, "b's max holds");
+}

@@ -10,8 +10,9 @@
 //! sharing only ever admits less than the limits allow, never more. The
 //! figures it weighs (the siblings' queues and use) are their stored
 //! statuses and may be a little stale; a sibling whose head the room
-//! turns out not to hold (a stale status) is yielded to at most
-//! `MAX_YIELDS` times in a row for the same head, then passed.
+//! turns out not to hold (a stale status, its own limits) is yielded to
+//! at most `MAX_YIELDS` times in a row for the same head, then passed;
+//! at once where the sibling's own round took none of the room.
 
 use super::Context;
 use quota::object::queue::Queued;
@@ -76,7 +77,7 @@ impl Context {
             if passed {
                 // Its head never got the room: the sibling's status was
                 // stale, or its own limits hold it. Weigh without it.
-                tracing::info!(quota = %name, sibling = %rival, "fair sharing: the sibling's head was yielded to {MAX_YIELDS} times without being admitted; passing it");
+                tracing::info!(quota = %name, sibling = %rival, "fair sharing: the sibling's head was left room it did not take (a round of its own that admitted nothing, or {MAX_YIELDS} rounds left to it); passing it");
                 field.rivals.retain(|r| r.sibling.name != rival);
                 continue;
             }
@@ -104,8 +105,22 @@ impl Context {
     }
 
     /// `name`'s round is done: the siblings that left it room get theirs.
-    pub(super) fn after_round(&self, name: &str) {
+    /// Where it took none of the room (`took_none`: it admitted nothing,
+    /// or nothing it reads had changed since a round that admitted
+    /// nothing), each of them passes `name`'s head in its next round,
+    /// as after `MAX_YIELDS` rounds left to it, instead of leaving the
+    /// room to it again: the room was there, and that head did not take
+    /// it.
+    pub(super) fn after_round(&self, name: &str, took_none: bool) {
         let yielders = self.fair.waiting.lock().unwrap().remove(name);
+        if took_none {
+            let mut streak = self.fair.streak.lock().unwrap();
+            for y in yielders.iter().flatten() {
+                if let Some(e) = streak.get_mut(&(y.clone(), name.to_string())) {
+                    e.1 = e.1.max(MAX_YIELDS);
+                }
+            }
+        }
         for n in yielders.into_iter().flatten() {
             self.schedule(&n);
         }

@@ -511,6 +511,9 @@ impl Context {
             let judged = inputs
                 .as_ref()
                 .map_or(Judged::Run, |i| self.scheduler.judge(name, i));
+            // Put off for nothing changed: it takes none of any room left
+            // to it (`after_round`); behind a sibling's round it may yet.
+            let took_none = matches!(judged, Judged::PutOff(_) | Judged::Arrived { .. });
             let put_off = match judged {
                 Judged::Run => None,
                 // It would plan nothing again.
@@ -547,7 +550,7 @@ impl Context {
                 // left it room get their rounds, as after one that ran.
                 self.service.metrics.queue_rounds_skipped.inc();
                 self.scheduler.again_at(name, Instant::now() + left);
-                self.after_round(name);
+                self.after_round(name, took_none);
                 return;
             }
             // This round folds the arrivals kept so far.
