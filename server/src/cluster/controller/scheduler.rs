@@ -259,11 +259,13 @@ impl Scheduler {
                 },
                 None => Judged::Run,
             }
-        } else if i.inputs.same_but_room(now)
-            && i.inputs.arrived == now.arrived
-            && !i.waited
-            && !i.inputs.left_room_fits(now)
-        {
+        } else if i.inputs.same_but_room(now) && i.inputs.arrived == now.arrived && !i.waited {
+            // Room that grew, or room a fairer sibling was left and did not
+            // take (yet): another sibling whose round runs or is asked for
+            // may take it first. Fair sharing left room to each sibling
+            // the allotment gave some, and this round follows the one it
+            // named only; once more behind another is the least that
+            // spares it a round that yields again for each.
             Judged::RoomGrew(left)
         } else {
             Judged::Run
@@ -521,7 +523,9 @@ impl Context {
                 // Room freed under the parent is first its owner's: a
                 // sibling whose round runs or is asked for takes back
                 // what its own queue needs, and this round follows it
-                // (`after_round`), once.
+                // (`after_round`), once. So too room left to fairer
+                // siblings: each the allotment gave some takes its part
+                // before this round weighs what is left.
                 Judged::RoomGrew(left) => {
                     let parent = inputs.as_ref().map_or("", |i| i.parent.as_str());
                     let lender = self.scheduler.sibling_in_round(name, parent, |q| {
@@ -916,7 +920,8 @@ mod tests {
     /// A round kept after it left room to a fairer sibling is the base of
     /// a skip only while the room it could borrow no longer reaches what
     /// it could still admit (`RoundInputs::floor`): the sibling took it.
-    /// Where the limits still reach it, the round runs, room grown or not.
+    /// Where the limits still reach it, the round runs, room grown or not,
+    /// after one more sibling's round where one runs or is asked for.
     #[test]
     fn a_round_that_left_room_runs_again_only_where_the_room_is_still_there() {
         let s = Scheduler::default();
@@ -935,8 +940,16 @@ mod tests {
             matches!(s.judge("a", &inputs(7, 3, Some("20.5"))), Judged::PutOff(_)),
             "less than the least still queued is left"
         );
-        assert_eq!(s.judge("a", &inputs(7, 3, Some("21"))), Judged::Run, "left");
+        // Left: another sibling in a round may take it first, once.
+        for left in ["21", "26", "30"] {
+            assert!(
+                matches!(s.judge("a", &inputs(7, 3, Some(left))), Judged::RoomGrew(_)),
+                "{left} left: put off behind a sibling in a round"
+            );
+        }
         assert_eq!(s.why_run("a", &inputs(7, 3, Some("24"))), "left-room");
+        s.waits("a");
+        assert_eq!(s.judge("a", &inputs(7, 3, Some("21"))), Judged::Run, "left");
         assert_eq!(
             s.judge("a", &inputs(7, 3, Some("26"))),
             Judged::Run,
@@ -945,8 +958,17 @@ mod tests {
         assert_eq!(
             s.judge("a", &inputs(7, 3, Some("30"))),
             Judged::Run,
-            "grown, and reaching it: not put off behind a sibling"
+            "grown"
         );
+        // A round that found the room taken puts the next off once again.
+        assert!(matches!(
+            s.judge("a", &inputs(7, 3, Some("20"))),
+            Judged::PutOff(_)
+        ));
+        assert!(matches!(
+            s.judge("a", &inputs(7, 3, Some("21"))),
+            Judged::RoomGrew(_)
+        ));
         // Without the floor, the same inputs were put off.
         s.ended("a", Ok(inputs(7, 3, Some("26"))), Instant::now(), T0);
         assert!(matches!(
