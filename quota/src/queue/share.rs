@@ -73,18 +73,7 @@ pub fn field(parent: &Quota, me: &Quota, kids: &[&Quota]) -> Field {
     let mut rivals = Vec::new();
     for k in borrowers {
         total += u64::from(k.spec.fair_sharing.weight.milli());
-        let heads: Vec<Head> = k
-            .status
-            .queue
-            .iter()
-            .filter(|e| matches!(e.waiting, Waiting::Quota | Waiting::Turn))
-            .take(MAX_RIVAL_ENTRIES)
-            .map(|e| Head {
-                usage: e.work.usage().clone(),
-                priority: e.work.priority,
-                since_ms: e.work.submitted_ms,
-            })
-            .collect();
+        let heads: Vec<Head> = waiting_heads(k).take(MAX_RIVAL_ENTRIES).collect();
         if !heads.is_empty() {
             rivals.push(Rival {
                 sibling: Sibling::of(k),
@@ -99,6 +88,36 @@ pub fn field(parent: &Quota, me: &Quota, kids: &[&Quota]) -> Field {
         rivals,
         total_weight_milli: total,
     }
+}
+
+/// `k`'s entries that wait for quota or for their turn, as its stored
+/// status lists them, in its queue's order (entries waiting for a budget,
+/// or that never fit, are left out): what fair sharing weighs of it.
+fn waiting_heads(k: &Quota) -> impl Iterator<Item = Head> + '_ {
+    k.status
+        .queue
+        .iter()
+        .filter(|e| matches!(e.waiting, Waiting::Quota | Waiting::Turn))
+        .map(|e| Head {
+            usage: e.work.usage().clone(),
+            priority: e.work.priority,
+            since_ms: e.work.submitted_ms,
+        })
+}
+
+/// Of `borrowers` (children of `parent` that may borrow, as stored), the
+/// one whose waiting head fair sharing gives idle room to first: the
+/// smallest share after admitting it (`fair::pick`: ties by priority,
+/// age, name). Room freed under the parent is asked of its round first;
+/// the others follow it (docs/queueing.md §12). None where none waits.
+pub fn first_to_borrow(parent: &Quota, borrowers: &[&Quota]) -> Option<String> {
+    let contenders: Vec<(Sibling, Head)> = borrowers
+        .iter()
+        .filter(|k| !k.spec.max.is_empty())
+        .filter_map(|k| Some((Sibling::of(k), waiting_heads(k).next()?)))
+        .collect();
+    let i = fair::pick(&contenders, &fair::lendable(parent))?;
+    Some(contenders[i].0.name.clone())
 }
 
 /// The words of a fair turn: `me` would use `usage` more with an entry
@@ -297,5 +316,63 @@ mod tests {
         // Without rivals, nothing either.
         let y = yield_to_fairer(d.clone(), &queue, &field(vec![], 5));
         assert_eq!(y.decisions, d);
+    }
+
+    /// Freed room is first asked of the borrower whose head would leave it
+    /// the smallest share; a borrower with nothing waiting for quota or
+    /// its turn, or that cannot borrow, is no contender.
+    #[test]
+    fn freed_room_goes_first_to_the_head_with_the_smallest_share_after() {
+        let parent = crate::object::Quota::new(
+            "p",
+            crate::object::QuotaSpec {
+                hard: cpu(40),
+                ..Default::default()
+            },
+        );
+        let kid = |name: &str, used: i64, head: Option<(i64, Waiting)>, max: i64| {
+            let mut q = crate::object::Quota::new(
+                name,
+                crate::object::QuotaSpec {
+                    parent: "p".into(),
+                    hard: cpu(0),
+                    max: if max > 0 {
+                        cpu(max)
+                    } else {
+                        ResourceList::new()
+                    },
+                    ..Default::default()
+                },
+            );
+            q.status.used = cpu(used);
+            if let Some((n, waiting)) = head {
+                q.status.queue.push(crate::object::queue::QueueEntry {
+                    work: job(&format!("{name}-head"), n, 1),
+                    position: 1,
+                    waiting,
+                    reason: String::new(),
+                    estimated_start: None,
+                });
+            }
+            q
+        };
+        // a borrows 10 and asks 2 (12 after); b borrows 4 and asks 6 (10).
+        let a = kid("a", 10, Some((2, Waiting::Quota)), 40);
+        let b = kid("b", 4, Some((6, Waiting::Quota)), 40);
+        assert_eq!(first_to_borrow(&parent, &[&a, &b]).as_deref(), Some("b"));
+        // b's head waits for a budget: not a contender.
+        let b_budget = kid("b", 4, Some((6, Waiting::Budget)), 40);
+        assert_eq!(
+            first_to_borrow(&parent, &[&a, &b_budget]).as_deref(),
+            Some("a")
+        );
+        // One that cannot borrow, or waits for nothing, is none either.
+        let c = kid("c", 0, Some((1, Waiting::Quota)), 0);
+        let d = kid("d", 0, None, 40);
+        assert_eq!(first_to_borrow(&parent, &[&c, &d]), None);
+        assert_eq!(
+            first_to_borrow(&parent, &[&a, &c, &d]).as_deref(),
+            Some("a")
+        );
     }
 }

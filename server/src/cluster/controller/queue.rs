@@ -831,7 +831,13 @@ impl Context {
 
     /// Room freed under `parent` (a child's workload deleted or lowered):
     /// the borrowers waiting in a queue under it get a round of the
-    /// scheduler, since their parent may lend them that room now.
+    /// scheduler, since their parent may lend them that room now. The one
+    /// fair sharing gives it first (`quota::queue::share::first_to_borrow`,
+    /// on this process's copies) gets its round now, and the others once
+    /// that round is done (`after_round`): they find what it left, and a
+    /// round that finds no more room than its last idle one is not run.
+    /// Before, every one of them ran at once, and each worked out the
+    /// same allotment to find it was not the fairest.
     pub(super) fn touch_borrowers_under(&self, parent: &str) {
         let names: Vec<String> = self
             .borrowers
@@ -840,9 +846,31 @@ impl Context {
             .get(parent)
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default();
-        for n in &names {
-            self.schedule(n);
+        let first = (names.len() > 1)
+            .then(|| self.first_to_borrow(parent, &names))
+            .flatten();
+        let Some(first) = first else {
+            for n in &names {
+                self.schedule(n);
+            }
+            return;
+        };
+        for n in names.iter().filter(|n| **n != first) {
+            self.after_round_of(first.clone(), n);
         }
+        self.schedule(&first);
+    }
+
+    /// `share::first_to_borrow` of `names` under `parent`, as this
+    /// process's copies have them; None where one is not held.
+    fn first_to_borrow(&self, parent: &str, names: &[String]) -> Option<String> {
+        let parent = self.service.cached_quota(parent)?;
+        let kids = names
+            .iter()
+            .map(|n| self.service.cached_quota(n))
+            .collect::<Option<Vec<_>>>()?;
+        let kids: Vec<&quota::Quota> = kids.iter().map(|s| &s.quota).collect();
+        queue::share::first_to_borrow(&parent.quota, &kids)
     }
 
     /// `touch_borrowers_under` the parent of each of `quotas`, as this

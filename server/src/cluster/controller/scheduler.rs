@@ -574,6 +574,9 @@ impl Context {
             let done = self.admit_from_queue(name, now, &mut release, read).await;
             if let Err(e) = &done {
                 tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
+                // Those waiting for this round (room left to it, room freed
+                // under its parent) are not left waiting for the retry.
+                self.after_round(name, false);
             }
             let m = &self.service.metrics;
             m.queue_round_duration.observe(t0.elapsed().as_secs_f64());
