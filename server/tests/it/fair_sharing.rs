@@ -346,8 +346,16 @@ async fn room_a_fairer_sibling_did_not_take_is_taken_after_one_round() {
             .unwrap_or(0.0)
     };
     // a asks 1 at a share after of 7/10; b's head would be 4/10: b first.
+    let asked = std::time::Instant::now();
     create("a", "a-next", 1).await;
     c.until("a", "a-next admitted", |q| cpu(q) == 7).await;
+    // Not by a round put off for want of a hand-over (`UNCHANGED_AT_MOST`,
+    // 10 s after its idle one).
+    assert!(
+        asked.elapsed() < Duration::from_secs(8),
+        "a-next admitted only after {:?}",
+        asked.elapsed()
+    );
     let (_, text) = c.server.get_text("/metrics").await;
     let left = yielded(&text);
     assert!(

@@ -18,8 +18,9 @@ use super::Context;
 use quota::object::queue::Queued;
 use quota::queue::share::{self, Field};
 use quota::queue::Decision;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 /// How many rounds in a row a quota leaves the room to the same head of
 /// the same sibling before it takes the room itself.
@@ -27,8 +28,9 @@ pub const MAX_YIELDS: u32 = 3;
 
 #[derive(Default)]
 pub(super) struct Yields {
-    /// Quotas waiting for a sibling's round, by that sibling.
-    waiting: Mutex<HashMap<String, BTreeSet<String>>>,
+    /// Quotas waiting for a sibling's round, by that sibling, with when
+    /// each began to wait.
+    waiting: Mutex<HashMap<String, HashMap<String, Instant>>>,
     /// (quota, sibling) → (the sibling's head's `since`, rounds yielded).
     streak: Mutex<HashMap<(String, String), (i64, u32)>>,
 }
@@ -81,13 +83,7 @@ impl Context {
                 field.rivals.retain(|r| r.sibling.name != rival);
                 continue;
             }
-            self.fair
-                .waiting
-                .lock()
-                .unwrap()
-                .entry(rival.clone())
-                .or_default()
-                .insert(name.to_string());
+            self.after_round_of(rival.clone(), name);
             self.schedule(&rival);
             return (y.decisions, true);
         }
@@ -101,27 +97,31 @@ impl Context {
             .unwrap()
             .entry(sibling)
             .or_default()
-            .insert(name.to_string());
+            .entry(name.to_string())
+            .or_insert_with(Instant::now);
     }
 
-    /// `name`'s round is done: the siblings that left it room get theirs.
-    /// Where it took none of the room (`took_none`: it admitted nothing,
-    /// or nothing it reads had changed since a round that admitted
-    /// nothing), each of them passes `name`'s head in its next round,
-    /// as after `MAX_YIELDS` rounds left to it, instead of leaving the
-    /// room to it again: the room was there, and that head did not take
-    /// it.
-    pub(super) fn after_round(&self, name: &str, took_none: bool) {
-        let yielders = self.fair.waiting.lock().unwrap().remove(name);
-        if took_none {
+    /// `name`'s round is done: the quotas waiting for it (room left to
+    /// it, room freed under its parent) get theirs. Where it took none of
+    /// the room (`took_none`: the round, begun then, admitted nothing, or
+    /// was put off because nothing it reads had changed since a kept
+    /// round), each that began to wait before it passes `name`'s head in
+    /// its next round, as after `MAX_YIELDS` rounds left to it, instead of
+    /// leaving the room to it again: the room was there when the round
+    /// read, and that head did not take it. One that began to wait since
+    /// may have left room the round never saw.
+    pub(super) fn after_round(&self, name: &str, took_none: Option<Instant>) {
+        self.scheduler.handed_over(name);
+        let waiting = self.fair.waiting.lock().unwrap().remove(name);
+        if let Some(begun) = took_none {
             let mut streak = self.fair.streak.lock().unwrap();
-            for y in yielders.iter().flatten() {
+            for (y, _) in waiting.iter().flatten().filter(|(_, at)| **at <= begun) {
                 if let Some(e) = streak.get_mut(&(y.clone(), name.to_string())) {
                     e.1 = e.1.max(MAX_YIELDS);
                 }
             }
         }
-        for n in yielders.into_iter().flatten() {
+        for n in waiting.into_iter().flatten().map(|(n, _)| n) {
             self.schedule(&n);
         }
     }

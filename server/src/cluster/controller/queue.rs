@@ -209,7 +209,7 @@ impl Context {
             });
         }
         if q.status.queue.is_empty() && marked.is_empty() && q.status.queue_summary.is_none() {
-            self.after_round(name, true);
+            self.after_round(name, Some(t0));
             self.note_borrower(&q, false);
             self.service.metrics.set_queue(name, [0; 4], 0);
             return Ok(());
@@ -479,7 +479,7 @@ impl Context {
             })
             .min();
         self.note_borrower(&q, waits);
-        self.after_round(name, out.admitted.is_empty());
+        self.after_round(name, out.admitted.is_empty().then_some(t0));
         if overdue {
             // Nothing else writes when an entry crosses its threshold:
             // the alert engine evaluates the quota as it stands now.

@@ -182,6 +182,10 @@ impl RoundInputs {
 struct Rounds {
     running: BTreeSet<String>,
     again: BTreeSet<String>,
+    /// Of `running`, those whose round has handed over to the quotas
+    /// waiting for it (`Context::after_round`): what is left of it (its
+    /// releases, its preemption step) takes no room a sibling waits for.
+    handed: BTreeSet<String>,
 }
 
 #[derive(Default)]
@@ -317,20 +321,31 @@ impl Scheduler {
         if parent.is_empty() {
             return None;
         }
-        let running: Vec<String> = self
-            .rounds
-            .lock()
-            .unwrap()
-            .running
-            .iter()
-            .cloned()
-            .collect();
+        // A round that handed over already is followed by no other hand-over
+        // unless it runs again.
+        let running: Vec<String> = {
+            let r = self.rounds.lock().unwrap();
+            r.running
+                .iter()
+                .filter(|q| !r.handed.contains(*q) || r.again.contains(*q))
+                .cloned()
+                .collect()
+        };
         let dirty: Vec<String> = self.dirty.lock().unwrap().iter().cloned().collect();
         running
             .into_iter()
             .chain(dirty)
             .filter(|q| q != name)
             .find(|q| parent_of(q).as_deref() == Some(parent))
+    }
+
+    /// `name`'s round handed over to those waiting for it
+    /// (`Context::after_round`).
+    pub(super) fn handed_over(&self, name: &str) {
+        let mut r = self.rounds.lock().unwrap();
+        if r.running.contains(name) {
+            r.handed.insert(name.to_string());
+        }
     }
 
     /// A round of `name` asked to be woken at `at_ms`.
@@ -438,6 +453,7 @@ impl Context {
                         r.again.insert(name);
                         continue;
                     }
+                    r.handed.remove(&name);
                 }
                 let Ok(place) = places.clone().acquire_owned().await else {
                     return;
@@ -448,6 +464,7 @@ impl Context {
                     let again = {
                         let mut r = ctx.scheduler.rounds.lock().unwrap();
                         r.running.remove(&name);
+                        r.handed.remove(&name);
                         r.again.remove(&name)
                     };
                     if again {
@@ -554,7 +571,7 @@ impl Context {
                 // left it room get their rounds, as after one that ran.
                 self.service.metrics.queue_rounds_skipped.inc();
                 self.scheduler.again_at(name, Instant::now() + left);
-                self.after_round(name, took_none);
+                self.after_round(name, took_none.then_some(started));
                 return;
             }
             // This round folds the arrivals kept so far.
@@ -576,7 +593,7 @@ impl Context {
                 tracing::warn!(quota = %name, error = %e, "queue step failed; next reconcile retries");
                 // Those waiting for this round (room left to it, room freed
                 // under its parent) are not left waiting for the retry.
-                self.after_round(name, false);
+                self.after_round(name, None);
             }
             let m = &self.service.metrics;
             m.queue_round_duration.observe(t0.elapsed().as_secs_f64());
@@ -1060,5 +1077,22 @@ mod tests {
         assert_eq!(s.sibling_in_round("a", "", parent), None, "no parent");
         s.dirty.lock().unwrap().clear();
         assert_eq!(s.sibling_in_round("a", "org", parent), None, "itself only");
+        // A sibling whose round handed over already is followed by no
+        // other hand-over, unless it runs again.
+        s.rounds.lock().unwrap().running.insert("b".into());
+        assert_eq!(s.sibling_in_round("a", "org", parent), Some("b".into()));
+        s.handed_over("b");
+        assert_eq!(s.sibling_in_round("a", "org", parent), None, "handed over");
+        s.rounds.lock().unwrap().again.insert("b".into());
+        assert_eq!(
+            s.sibling_in_round("a", "org", parent),
+            Some("b".into()),
+            "runs again"
+        );
+        s.handed_over("z");
+        assert!(
+            !s.rounds.lock().unwrap().handed.contains("z"),
+            "not running"
+        );
     }
 }
