@@ -214,8 +214,9 @@ pub(super) struct Scheduler {
 
 /// A quota's last round, as the scheduler keeps it.
 enum Last {
-    /// Kept as the base of a skip.
-    Kept(Idle),
+    /// Kept as the base of a skip (boxed: a record of the room it read
+    /// and what its queue needs is far larger than a cause).
+    Kept(Box<Idle>),
     /// Not kept, for this cause.
     Not(&'static str),
 }
@@ -404,12 +405,12 @@ impl Scheduler {
             until = until.min(Instant::now() + Duration::from_millis(ms));
         }
         let last = match inputs {
-            Ok(inputs) => Last::Kept(Idle {
+            Ok(inputs) => Last::Kept(Box::new(Idle {
                 inputs,
                 until,
                 started,
                 waited: false,
-            }),
+            })),
             Err(why) => Last::Not(why),
         };
         self.idle.lock().unwrap().insert(name.to_string(), last);
