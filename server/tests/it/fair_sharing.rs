@@ -296,20 +296,12 @@ async fn room_a_fairer_sibling_did_not_take_is_taken_after_one_round() {
         ("a", "org", "0", Some("10")),
         ("b", "org", "0", Some("3")),
     ] {
-        let mut spec = json!({"parent": parent, "hard": {"requests.cpu": hard}});
+        let mut spec = json!({"hard": {"requests.cpu": hard}});
         if let Some(m) = max {
             spec["max"] = json!({"requests.cpu": m});
             spec["queueing"] = json!("Queue");
         }
-        let (s, v) = c
-            .server
-            .api(
-                Method::POST,
-                "/api/v1/quotas",
-                Some(json!({"metadata": {"name": name}, "spec": spec})),
-            )
-            .await;
-        assert_eq!(s, StatusCode::CREATED, "{v}");
+        c.server.create_quota_spec(name, parent, spec).await;
     }
     c.until_requested("job watch", |r| {
         r.starts_with("GET /apis/batch/v1/jobs?") && r.contains("watch=true")

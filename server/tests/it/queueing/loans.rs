@@ -533,6 +533,26 @@ async fn counter(c: &Cluster, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// In `a`: a1 (4 CPUs) charged, then a2 (`cpu`) queued behind it and
+/// named by a round.
+async fn a2_waits_behind_a1(c: &Cluster, cpu: &str) {
+    create_in(c, "ml", &job("a1").quota("a").cpu("4").obj())
+        .await
+        .unwrap();
+    c.until("a", "a1 charged", |q| used(q, "requests.cpu") == "4")
+        .await;
+    create_in(c, "ml", &job("a2").quota("a").cpu(cpu).obj())
+        .await
+        .unwrap();
+    assert!(suspended(c, "a2"));
+    c.until("a", "a2 queued and named", |q| {
+        q["status"]["queue"][0]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    })
+    .await;
+}
+
 /// A round that would read what the quota's last idle round read is not
 /// run (docs/queueing.md §12, "Rounds that would change nothing"): a
 /// borrower whose head waits for room, asked for rounds by the updates of
@@ -548,21 +568,7 @@ async fn a_round_that_would_read_what_its_idle_one_read_is_not_run_until_room_fr
         .await
         .unwrap();
     until_listed(&c, "b", |q| used(q, "requests.cpu") == "4").await;
-    create_in(&c, "ml", &job("a1").quota("a").cpu("4").obj())
-        .await
-        .unwrap();
-    c.until("a", "a1 charged", |q| used(q, "requests.cpu") == "4")
-        .await;
-    create_in(&c, "ml", &job("a2").quota("a").cpu("2").obj())
-        .await
-        .unwrap();
-    assert!(suspended(&c, "a2"));
-    c.until("a", "a2 queued and named", |q| {
-        q["status"]["queue"][0]["uid"]
-            .as_str()
-            .is_some_and(|u| !u.is_empty())
-    })
-    .await;
+    a2_waits_behind_a1(&c, "2").await;
     // The quota's idle round has run by now (a2 named is its write's).
     let idle_at = std::time::Instant::now();
 
@@ -615,21 +621,7 @@ async fn room_that_grows_short_of_the_heads_need_runs_no_round() {
             .unwrap();
     }
     until_listed(&c, "b", |q| used(q, "requests.cpu") == "4").await;
-    create_in(&c, "ml", &job("a1").quota("a").cpu("4").obj())
-        .await
-        .unwrap();
-    c.until("a", "a1 charged", |q| used(q, "requests.cpu") == "4")
-        .await;
-    create_in(&c, "ml", &job("a2").quota("a").cpu("3").obj())
-        .await
-        .unwrap();
-    assert!(suspended(&c, "a2"));
-    c.until("a", "a2 queued and named", |q| {
-        q["status"]["queue"][0]["uid"]
-            .as_str()
-            .is_some_and(|u| !u.is_empty())
-    })
-    .await;
+    a2_waits_behind_a1(&c, "3").await;
     // Its rounds settle on the quota's version: the round that named a2
     // wrote, so the next one runs; once one is put off (a1's status
     // updates ask for rounds), the last idle round read this version.
