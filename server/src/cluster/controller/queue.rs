@@ -66,18 +66,17 @@ pub(super) struct ToRelease {
     fold_full: bool,
     /// The limits it planned within (`Service::round_plan`), once read.
     pub(super) limits: Option<quota::resources::ResourceList>,
-    /// Where it left room to a fairer sibling and admitted the rest: the
-    /// least limits on which a round on its write could admit anything
-    /// still queued (`quota::queue::room::floor`; None too where nothing could be, on this
-    /// spec). Judged by the scheduler on the rounds asked for after the
-    /// sibling's (`RoundInputs::floor`).
-    pub(super) floor: Option<quota::resources::ResourceList>,
     /// Where it admitted all it planned and its queue could not preempt
     /// its own running work: the least limits on which a round on its
-    /// write could admit anything still queued, as `floor` (whether or
-    /// not it left room). Room to borrow that grows without reaching them
-    /// changes nothing a round plans (`RoundInputs::reach`).
+    /// write could admit anything still queued (`quota::queue::room::floor`;
+    /// None too where nothing could be, on this spec). Room to borrow
+    /// that grows without reaching them changes nothing a round plans
+    /// (`RoundInputs::reach`).
     pub(super) reach: Option<quota::resources::ResourceList>,
+    /// It left room to a fairer sibling and admitted the rest: a round on
+    /// the same inputs runs while the room still reaches `reach`, grown or
+    /// not (`RoundInputs::left_room`).
+    pub(super) left_room: bool,
     /// The version of the quota it planned on (`reach` holds for that
     /// version only).
     pub(super) planned_on: Option<crate::store::Stamp>,
@@ -316,7 +315,7 @@ impl Context {
         let (decisions, yielded) = self.yield_to_fairer(name, &known, decisions, field);
         // What it planned is what it means to admit: room left to a
         // fairer sibling is not (the round is kept with the least it could
-        // still admit: `ToRelease::floor`).
+        // still admit: `ToRelease::reach`).
         out.planned = decisions
             .iter()
             .filter(|d| matches!(d, Decision::Admit(_)))
@@ -425,11 +424,8 @@ impl Context {
             if may_preempt {
                 out.unkept_yield = yielded;
             } else {
-                let floor = queue::room::floor(&q, &pool, &known, &decisions, &admitted);
-                if yielded {
-                    out.floor = floor.clone();
-                }
-                out.reach = floor;
+                out.reach = queue::room::floor(&q, &pool, &known, &decisions, &admitted);
+                out.left_room = yielded;
             }
         }
         out.admitted = admitted

@@ -81,18 +81,17 @@ pub(super) struct RoundInputs {
     pub classes: Option<Arc<Classes>>,
     /// Its parent's name (not compared: the stamp holds the spec).
     pub parent: String,
-    /// Set on a round kept after it left room to a fairer sibling
-    /// (`ToRelease::floor`): the least limits on which it could admit
-    /// anything still queued. A round on the same inputs runs where the
-    /// limits reach it, whether or not the room grew: the sibling did not
-    /// take all it was left.
-    pub floor: Option<ResourceList>,
     /// Set on a kept round whose queue could not preempt its own running
     /// work, planned on `stamp` (`ToRelease::reach`): the least limits on
     /// which a round on the same inputs could admit anything still
     /// queued. Room to borrow that grew without reaching them is no
     /// change: nothing queued fits it.
     pub reach: Option<ResourceList>,
+    /// The round left room to a fairer sibling (`ToRelease::left_room`):
+    /// a round on the same inputs runs where the limits still reach
+    /// `reach`, whether or not the room grew: the sibling did not take all
+    /// it was left.
+    pub left_room: bool,
 }
 
 /// What to do with a round asked for, against the quota's last idle one
@@ -120,7 +119,7 @@ impl RoundInputs {
     /// admission only takes room; its release gives some, and is a change)
     /// or, where `self` knows what anything still queued needs at least,
     /// no more than stays short of it (`reach`); nor, where `self` left
-    /// room to a fairer sibling, room still reaching its `floor`.
+    /// room to a fairer sibling, room still reaching its `reach` (`left_room`).
     pub fn unchanged(&self, now: &RoundInputs) -> bool {
         self.arrived == now.arrived
             && self.same_but_room(now)
@@ -149,11 +148,13 @@ impl RoundInputs {
     }
 
     /// Whether `self` left room to a fairer sibling and the limits in
-    /// `now` still reach what it could admit (`floor`).
+    /// `now` still reach what it could admit (`reach`).
     fn left_room_fits(&self, now: &RoundInputs) -> bool {
-        self.floor
-            .as_ref()
-            .is_some_and(|f| quota::queue::room::fits_on(f, &now.limits))
+        self.left_room
+            && self
+                .reach
+                .as_ref()
+                .is_some_and(|r| quota::queue::room::fits_on(r, &now.limits))
     }
 
     /// Whether no key has more room to borrow in `now` than in `self`.
@@ -520,7 +521,7 @@ impl Context {
     pub async fn queue_round(&self, name: &str) {
         let mut release = super::queue::ToRelease::default();
         let started = Instant::now();
-        let (inputs, unsettled, limits, written, floor, reach) = {
+        let (inputs, unsettled, limits, written, reach) = {
             let _serial = self.one_at_a_time(name).await;
             // What the round would read, as new as what asked for it.
             self.store_caught_up(name).await;
@@ -615,17 +616,17 @@ impl Context {
             };
             let limits = release.limits.take();
             let written = release.written.take();
-            let floor = release.floor.take();
             // Only on the version its inputs read.
             let reach = release
                 .reach
                 .take()
-                .filter(|_| release.planned_on.as_ref() == inputs.as_ref().map(|i| &i.stamp));
+                .filter(|_| release.planned_on.as_ref() == inputs.as_ref().map(|i| &i.stamp))
+                .map(|r| (r, release.left_room));
             // Marked as being released before the quota is let go: a
             // reconcile in between would otherwise ungate their pods
             // (`release_gated`) before the round releases the workloads.
             self.mark_releasing(&release);
-            (inputs, unsettled, limits, written, floor, reach)
+            (inputs, unsettled, limits, written, reach)
         };
         // The releases are writes through the webhooks: the quota is not
         // held meanwhile, so its reconcile never waits for them.
@@ -668,8 +669,7 @@ impl Context {
             if let Some(w) = written.filter(|w| w.on == i.stamp) {
                 i.stamp = w.now;
             }
-            i.floor = floor;
-            i.reach = reach;
+            (i.reach, i.left_room) = reach.map_or((None, false), |(r, left)| (Some(r), left));
             Ok(i)
         });
         self.scheduler.ended(name, inputs, started, self.now());
@@ -701,8 +701,8 @@ impl Context {
             arrived,
             classes: self.service.priorities.watched(),
             parent: stored.quota.spec.parent.clone(),
-            floor: None,
             reach: None,
+            left_room: false,
         };
         Some((inputs, stored))
     }
@@ -791,8 +791,8 @@ mod tests {
             arrived: 0,
             classes: None,
             parent: "org".into(),
-            floor: None,
             reach: None,
+            left_room: false,
         }
     }
 
@@ -940,7 +940,7 @@ mod tests {
 
     /// A round kept after it left room to a fairer sibling is the base of
     /// a skip only while the room it could borrow no longer reaches what
-    /// it could still admit (`RoundInputs::floor`): the sibling took it.
+    /// it could still admit (`RoundInputs::reach`, `left_room`): the sibling took it.
     /// Where the limits still reach it, the round runs, room grown or not,
     /// after one more sibling's round where one runs or is asked for.
     #[test]
@@ -948,10 +948,11 @@ mod tests {
         let s = Scheduler::default();
         let mut left = inputs(7, 3, Some("26"));
         // Used 20 after its write; the least still queued asks 1: 21.
-        left.floor = Some(ResourceList::from([(
+        left.reach = Some(ResourceList::from([(
             "requests.cpu".to_string(),
             "21".parse().unwrap(),
         )]));
+        left.left_room = true;
         s.ended("a", Ok(left.clone()), Instant::now(), T0);
         assert!(
             matches!(s.judge("a", &inputs(7, 3, Some("20"))), Judged::PutOff(_)),
