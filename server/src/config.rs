@@ -216,6 +216,15 @@ pub struct ServeArgs {
     /// (docs/queueing.md §12, "Turning marks off").
     #[arg(long, env = "BIZRQ_QUEUE_MARK_DRAIN")]
     pub queue_mark_drain: bool,
+    /// With queue marks, a create of a queueing quota that fits now is
+    /// held and marked all the same, and the controller's next round
+    /// admits it: no review of the mutating webhook waits for a write of
+    /// the quota (its p99 on the Kueue bench halved), at the cost of a
+    /// round's wait before a fitting Job starts, and of the queue's order
+    /// deciding what fitted (docs/queueing.md §10). Off: a create that fits
+    /// is charged in its review and starts as written.
+    #[arg(long, env = "BIZRQ_QUEUE_FITTING_CREATES")]
+    pub queue_fitting_creates: bool,
     /// Serve the webhook on a non-loopback address without a client CA or a
     /// token (reviews change quotas: rely on a NetworkPolicy and the
     /// controller's re-checks; see docs/webhook-trust.md).

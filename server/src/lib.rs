@@ -431,6 +431,7 @@ impl Core {
                 .with_queueing()
                 .with_queue_marks(keys)
                 .with_queue_mark_drain(args.queue_mark_drain)
+                .with_queue_fitting(args.queue_fitting_creates)
                 .with_notifier(Arc::new(events.clone()))
                 .with_priorities(Arc::new(cluster::priority::PriorityCache::new(c.clone())));
         }

@@ -150,6 +150,6 @@ async fn would_queue(
     };
     Ok(match svc.would_queue(quota_name, work).await? {
         Queueing::Queued { position, reason } => Some((position, reason)),
-        Queueing::Admits | Queueing::Never(_) => None,
+        Queueing::Admits | Queueing::Next | Queueing::Never(_) => None,
     })
 }

@@ -78,6 +78,9 @@ pub struct Service {
     /// quota's queue, which the controller admits from. Standalone: false,
     /// so nothing queues — nothing there would ever admit it.
     pub queueing: bool,
+    /// `--queue-fitting-creates`: with marks, a create that fits is held
+    /// and marked too, and the next round admits it (docs/queueing.md §10).
+    pub queue_fitting: bool,
     /// Queue marks (`--queue-mark-key-file`, docs/queueing.md §12): with
     /// keys, a create that must wait is queued by a signed mark on the
     /// object and counted in `marked` until a status shows it; None: the
@@ -167,6 +170,7 @@ impl Service {
             service_account: String::new(),
             priorities: Arc::new(queue::NoClasses),
             queueing: false,
+            queue_fitting: false,
             marks: None,
             mark_drain: false,
             marked: Default::default(),
@@ -244,6 +248,13 @@ impl Service {
     /// marks are folded, none signed, every entry kept in the status.
     pub fn with_queue_mark_drain(mut self, drain: bool) -> Service {
         self.mark_drain = drain;
+        self
+    }
+
+    /// With marks, hold a create that fits for the next round
+    /// (`--queue-fitting-creates`, docs/queueing.md §10).
+    pub fn with_queue_fitting(mut self, on: bool) -> Service {
+        self.queue_fitting = on;
         self
     }
 

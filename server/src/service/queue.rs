@@ -112,6 +112,11 @@ pub enum Queueing {
     Admits,
     /// It waits, suspended, at this 1-based position.
     Queued { position: u32, reason: String },
+    /// It fits now, and is created held all the same, its mark counted in
+    /// the queue: the controller's next round admits it (a queueing
+    /// quota's create with queue marks on, `mark_workload`'s
+    /// `queue_fitting`), so the review writes nothing.
+    Next,
     /// Waiting would not help: left to the validating webhook, which
     /// refuses it with today's message.
     Never(String),
@@ -380,6 +385,7 @@ impl Service {
         create: bool,
         dry_run: bool,
         read: Option<Arc<super::Stored>>,
+        queue_fitting: bool,
     ) -> Result<(Queueing, Option<queue::mark::Mark>), ServiceError> {
         // Draining marks: queued in the status, no mark signed.
         let Some(keys) = self.signing_keys() else {
@@ -487,11 +493,12 @@ impl Service {
             Check::AdmitsNow => match family.as_ref().and_then(|f| fair_turn(f, judged, &work)) {
                 Some(turn) => (
                     u32::try_from(waiting + 1).unwrap_or(u32::MAX),
-                    queue::Reason::Fair(turn),
+                    Some(queue::Reason::Fair(turn)),
                 ),
+                None if queue_fitting => (u32::try_from(waiting + 1).unwrap_or(u32::MAX), None),
                 None => return Ok((Queueing::Admits, None)),
             },
-            Check::Queues { position, reason } => (position, reason),
+            Check::Queues { position, reason } => (position, Some(reason)),
         };
         let joined = if dry_run {
             pending.clone().join_beyond(counted, work.clone(), whole)
@@ -499,6 +506,11 @@ impl Service {
             pending.join_beyond(counted, work.clone(), whole)
         };
         if let Err(full) = joined {
+            // What fits is never refused for a full queue: it is charged
+            // now, as without `queue_fitting`.
+            if reason.is_none() {
+                return Ok((Queueing::Admits, None));
+            }
             if !dry_run {
                 self.metrics.count_queue_refused(full.cause());
             }
@@ -518,13 +530,14 @@ impl Service {
                 |b| keys.sign(b),
             )
         });
-        Ok((
-            Queueing::Queued {
+        let answer = match reason {
+            Some(reason) => Queueing::Queued {
                 position,
                 reason: worded(reason.to_string()),
             },
-            mark,
-        ))
+            None => Queueing::Next,
+        };
+        Ok((answer, mark))
     }
 
     /// Fold the marked, held objects `objects` of `q` into its queue
@@ -829,7 +842,7 @@ impl Service {
     ) -> Result<Queueing, ServiceError> {
         // With marks, against the whole queue (the status lists its top).
         Ok(self
-            .mark_workload(quota_name, work, true, true, None)
+            .mark_workload(quota_name, work, true, true, None, false)
             .await?
             .0)
     }

@@ -44,6 +44,54 @@ async fn a_marked_job_is_folded_into_the_queue_and_admitted_when_room_frees() {
     assert!(!suspended(&c, "b"), "b released");
 }
 
+/// With `--queue-fitting-creates`, a create that fits writes no quota in
+/// its review either: it is
+/// answered held and marked, with a warning that says it fits and that the
+/// next queue round admits it, while the quota's stored version stays the
+/// same; created so, the round admits it once (charged, then released).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_that_fits_is_held_marked_and_admitted_by_the_next_round() {
+    let c = marked_cluster_with(None, "4", true).await;
+    c.until("ml", "first reconcile", |q| {
+        !q["status"]["lastReconcileTime"].is_null()
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let version = c.fake.quota("ml")["metadata"]["resourceVersion"].clone();
+    let review = Review::bare_job_create("r-fit", "alice", job("fit").cpu("3").obj()).obj();
+    let r = c.server.review("/mutate/workloads", &review).await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let patch = String::from_utf8(base64_decode(r["patch"].as_str().expect("a patch"))).unwrap();
+    assert!(patch.contains("/spec/suspend"), "{patch}");
+    assert!(patch.contains("queue.bizrq.io"), "{patch}");
+    let warned = r["warnings"].to_string();
+    assert!(
+        warned.contains(
+            "bizrq ml: fits now; created suspended, admitted by the controller's next queue round"
+        ),
+        "{warned}"
+    );
+    assert_eq!(
+        c.fake.quota("ml")["metadata"]["resourceVersion"],
+        version,
+        "the review wrote no quota"
+    );
+    create(&c, "alice", job("a").cpu("3").obj()).await.unwrap();
+    let q = c
+        .until("ml", "a admitted", |q| used(q, "requests.cpu") == "3")
+        .await;
+    assert!(queue_refs(&q).is_empty(), "{q}");
+    assert_eq!(
+        q["status"]["workloads"]["batch/Job/ml/a"]["uid"]
+            .as_str()
+            .map(|u| u.starts_with(quota::object::QUEUE_CHARGE)),
+        Some(true),
+        "charged by a round: {q}"
+    );
+    until_released(&c, "a").await;
+    assert!(!suspended(&c, "a"), "a released");
+}
+
 /// The webhook's queueing writes no quota: a review of a create that must
 /// wait is answered with the hold and the mark while the quota's stored
 /// version stays the same. What it marked counts against the submitter's

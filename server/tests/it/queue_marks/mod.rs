@@ -64,6 +64,11 @@ async fn marked_cluster(share: Option<u32>) -> Cluster {
 
 /// `marked_cluster`, its quota `ml` of `cpu`.
 async fn marked_cluster_of(share: Option<u32>, cpu: &str) -> Cluster {
+    marked_cluster_with(share, cpu, false).await
+}
+
+/// `marked_cluster_of`, with `--queue-fitting-creates` as `hold_fitting`.
+async fn marked_cluster_with(share: Option<u32>, cpu: &str, hold_fitting: bool) -> Cluster {
     let dir = tempfile::tempdir().unwrap();
     let keys = mark_key_file(dir.path());
     let db = crate::common::fresh_sqlite(&dir);
@@ -74,7 +79,10 @@ async fn marked_cluster_of(share: Option<u32>, cpu: &str) -> Cluster {
         "bizrq-0",
         true,
         &db,
-        |a| a.queue_mark_key_file = Some(keys),
+        |a| {
+            a.queue_mark_key_file = Some(keys);
+            a.queue_fitting_creates = hold_fitting;
+        },
     )
     .await;
     let queueing = match share {
