@@ -90,7 +90,9 @@ impl FakeApi {
             );
             let sent = std::time::Instant::now();
             let answer = h.call(&r).await;
+            let patched = matches!(&answer, Ok(r) if r["patch"].is_string());
             self.observe_webhook(&h.name, a.operation, sent.elapsed());
+            self.observe_webhook_answer(&h.name, a.operation, patched, sent.elapsed());
             match answer {
                 Ok(resp) => {
                     if let Some(w) = resp["warnings"].as_array() {

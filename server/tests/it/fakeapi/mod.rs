@@ -431,6 +431,23 @@ impl FakeApi {
             .push(took);
     }
 
+    /// Kept again under `name/OPERATION/patched` or `/plain`: a bench can
+    /// tell the reviews that held an object back from those passed on.
+    pub(super) fn observe_webhook_answer(
+        &self,
+        name: &str,
+        operation: &str,
+        patched: bool,
+        took: std::time::Duration,
+    ) {
+        let answer = if patched { "patched" } else { "plain" };
+        let mut g = self.state.lock().unwrap();
+        g.latencies
+            .entry(format!("{name}/{operation}/{answer}"))
+            .or_default()
+            .push(took);
+    }
+
     /// Stamp each created object's `creationTimestamp` with the wall clock,
     /// as kube-apiserver does, instead of the fixed time the tests' test
     /// clock starts at.
