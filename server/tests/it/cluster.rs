@@ -29,6 +29,16 @@ impl Cluster {
         Cluster::start_on(FakeApi::new(), tempfile::tempdir().unwrap(), T0).await
     }
 
+    /// `start`, its arguments changed by `configure` after the harness
+    /// set them.
+    pub async fn start_configured(
+        configure: impl FnOnce(&mut bizrq::config::ServeArgs),
+    ) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::common::fresh_sqlite(&dir);
+        Cluster::replica_configured(FakeApi::new(), dir, T0, "bizrq-0", true, &db, configure).await
+    }
+
     /// A replica over `fake`, its SQL database in `dir`, its clock at `at`.
     pub async fn start_on(fake: FakeApi, dir: tempfile::TempDir, at: i64) -> Cluster {
         Cluster::replica(fake, dir, at, "bizrq-0", true).await

@@ -156,18 +156,7 @@ async fn top_up(c: &Cluster, to: &str, amount: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_columns_are_the_apis_figures_at_leaves_and_parents() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = crate::common::fresh_sqlite(&dir);
-    let c = Cluster::replica_configured(
-        crate::fakeapi::FakeApi::new(),
-        dir,
-        T0,
-        "bizrq-0",
-        true,
-        &db,
-        |a| a.summary_seconds = 3,
-    )
-    .await;
+    let c = Cluster::start_configured(|a| a.summary_seconds = 3).await;
     let s = &c.server;
     s.create_quota("org", "", json!({GPU: "32", CASH: "1000"}))
         .await;
