@@ -1116,7 +1116,7 @@ fn thread_groups(before: &HashMap<u64, (String, u64, u64, u64)>) -> Vec<String> 
         g.3 += 1;
     }
     let mut rows: Vec<_> = groups.into_iter().filter(|g| g.1 .0 > 0).collect();
-    rows.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+    rows.sort_by_key(|b| std::cmp::Reverse(b.1 .0));
     rows.into_iter()
         .map(|(name, (cpu, wait, slices, n))| {
             format!(
