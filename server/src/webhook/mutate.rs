@@ -5,10 +5,10 @@
 //! joins the quota's queue, not charged. One that fits now is, with queue
 //! marks and `--queue-fitting-creates` on, created held and marked all
 //! the same, and the controller's next round admits it: the review writes
-//! nothing. Otherwise it is charged here, so the room it saw is its own: the validating webhook
-//! finds the charge and confirms it, and a create that lost the room to a
-//! racing one queues instead of being refused. Everything else passes unchanged to the
-//! validating webhook, which charges or refuses as without queueing; a held
+//! nothing. Otherwise it is charged here, so the room it saw is its own:
+//! the validating webhook finds the charge and confirms it, and a create
+//! that lost the room to a racing one queues instead of being refused.
+//! Everything else passes unchanged to the validating webhook, which charges or refuses as without queueing; a held
 //! object is one its adapter reads as running nothing, which the validating
 //! webhook charges nothing for.
 
@@ -238,8 +238,8 @@ pub async fn mutate(
     // charged, is read whole, fresh.
     let own_release = !create && old_held && !held && req.sent_by(&svc.service_account);
     // bizrq's own suspend of a workload its round preempted: the round's
-    // write queued it (`status.queue`, this very uid; its charge stays
-    // until its pods stop) before the suspend was sent. Where this
+    // write queued it (`status.queue`, this very uid, marked preempted;
+    // its charge stays until its pods stop) before the suspend was sent. Where this
     // replica's newest copy shows it so, it is passed on with no request:
     // a held object runs nothing, and what it asks is unchanged (the
     // suspend changes only the hold and the preemption's annotation), so
@@ -249,15 +249,10 @@ pub async fn mutate(
     // the Kueue bench, 7 % of the updates). Anyone else's suspend, and a
     // copy that does not show it so, is judged on a fresh read as before.
     let own_suspend = !create && !old_held && held && req.sent_by(&svc.service_account);
-    if own_suspend {
+    if own_suspend && !w.meta.uid.is_empty() {
         if let Ok(s) = svc.recent(&quota_name).await {
-            let queued_as_is = s
-                .quota
-                .status
-                .queue
-                .iter()
-                .any(|e| e.work.workload_ref == wref.as_str() && e.work.uid == w.meta.uid);
-            if queued_as_is && !w.meta.uid.is_empty() {
+            if queue::entries::find(&s.quota, &wref, &w.meta.uid).is_some_and(|e| e.work.preempted)
+            {
                 return pass;
             }
         }
@@ -399,8 +394,8 @@ pub async fn mutate(
     // controller's next round admits it, so no review waits for a write of
     // the quota (docs/queueing.md §10). Otherwise (without marks queueing
     // is itself a write of the quota), and for one whose queue is full, a
-    // create that fits is charged here, so the room it saw is
-    // its own when the validating webhook comes: that review finds the charge and
+    // create that fits is charged here, so the room it saw is its own when
+    // the validating webhook comes: that review finds the charge and
     // confirms it (the same pod sets cost nothing more), never refusing
     // what this one let through. A create that lost the room to a racing
     // one is judged again, and queues. A charge whose object never
