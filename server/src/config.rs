@@ -245,7 +245,8 @@ pub struct ServeArgs {
     pub max_connections_per_ip: usize,
     /// Open webhook connections from one address, handshakes included (0:
     /// no cap). The API servers are a few addresses with a few connections
-    /// each.
+    /// each; a connection beyond it waits up to the TLS handshake timeout
+    /// for one to close (at most as many as the webhook's connections).
     #[arg(
         long,
         env = "BIZRQ_WEBHOOK_MAX_CONNECTIONS_PER_IP",

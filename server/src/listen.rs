@@ -14,7 +14,10 @@
 //! that portal load, however slow or idle, never takes a slot the API server
 //! needs for admissions, nor one the kubelet's probes need. Over a limit a
 //! listener accepts and closes at once (the client sees the connection
-//! closed, a FIN, not a hang, and the kernel's backlog stays short).
+//! closed, a FIN, not a hang, and the kernel's backlog stays short), but
+//! for one: a TLS connection over its address's cap waits for a place
+//! (an API server's burst of dials: `Peers::wait`), among at most as many
+//! waiting as the listener has slots.
 //!
 //! Memory, at worst, per listener: `max_connections` × (`MAX_BUF` of
 //! HTTP/1 headers or `H2_WINDOW` of unread HTTP/2 data) in hyper, plus
@@ -54,7 +57,9 @@ pub struct Limits {
     /// be in progress besides, and one more evicts the oldest.
     pub max_connections: usize,
     /// Open connections (handshakes included) from one peer address; one
-    /// more is closed at accept. 0: no cap.
+    /// more is closed at accept, or on a TLS listener waits up to the
+    /// handshake timeout for a place (at most `max_connections` waiting;
+    /// more are closed at accept). 0: no cap.
     pub max_per_peer: usize,
     /// Bytes of request bodies that handlers may hold at once, over all the
     /// listener's requests; a request that would go beyond it gets 503.
@@ -101,6 +106,8 @@ pub fn serve(
     // takes one of `slots`.
     let handshakes = Arc::new(Handshakes::new(max));
     let peers = Arc::new(Peers::default());
+    // TLS connections over their address's cap, waiting for a place.
+    let waits = Arc::new(Semaphore::new(max));
     let budget = Arc::new(Semaphore::new(
         limits.body_budget.clamp(1, Semaphore::MAX_PERMITS),
     ));
@@ -131,12 +138,26 @@ pub fn serve(
                 },
                 _ = stopped(&mut shutdown) => break,
             };
-            let Some(from_peer) = peers.enter(peer.ip(), limits.max_per_peer) else {
-                metrics.count_connection_closed(name, "peer_limit");
-                drop(stream);
-                continue;
-            };
-            let first = if tls.is_some() {
+            let from_peer = peers.enter(peer.ip(), limits.max_per_peer);
+            let first = if from_peer.is_none() {
+                // Over its address's cap: a TLS connection waits for a
+                // place (`Peers::wait`), a plain one is closed.
+                let wait = tls
+                    .as_ref()
+                    .and_then(|_| waits.clone().try_acquire_owned().ok());
+                let Some(slot) = wait else {
+                    metrics.count_connection_closed(name, "peer_limit");
+                    drop(stream);
+                    continue;
+                };
+                First::Wait(Box::new(Wait {
+                    peers: peers.clone(),
+                    ip: peer.ip(),
+                    max: limits.max_per_peer,
+                    handshakes: handshakes.clone(),
+                    _slot: slot,
+                }))
+            } else if tls.is_some() {
                 let (handshake, evicted) = handshakes.begin();
                 if evicted {
                     metrics.count_connection_closed(name, "handshake_evicted");
@@ -165,9 +186,8 @@ pub fn serve(
             tokio::spawn(async move {
                 let open = conn.metrics.connections(name);
                 open.inc();
-                conn.run(stream, tls, first).await;
+                conn.run(stream, tls, first, from_peer).await;
                 open.dec();
-                drop(from_peer);
             });
         }
         drop(listener);
@@ -177,10 +197,23 @@ pub fn serve(
 }
 
 /// What a connection holds from accept: a slot, or (TLS) a place among
-/// the handshakes.
+/// the handshakes, or (TLS, over its address's cap) a place among those
+/// waiting for one of the address's.
 enum First {
     Slot(OwnedSemaphorePermit),
     Handshake(Handshake),
+    Wait(Box<Wait>),
+}
+
+/// A TLS connection over its address's cap, waiting (`Peers::wait`).
+struct Wait {
+    peers: Arc<Peers>,
+    ip: IpAddr,
+    max: usize,
+    /// Where its handshake takes a place once it has its address's.
+    handshakes: Arc<Handshakes>,
+    /// Its place among the waiting.
+    _slot: OwnedSemaphorePermit,
 }
 
 /// TLS handshakes in progress, at most `max`. One more evicts the oldest
@@ -247,6 +280,8 @@ impl Drop for Handshake {
 #[derive(Default)]
 struct Peers {
     open: Mutex<HashMap<IpAddr, usize>>,
+    /// Fires whenever a connection leaves: waiting ones look again.
+    left: tokio::sync::Notify,
 }
 
 impl Peers {
@@ -264,6 +299,45 @@ impl Peers {
             ip,
         })
     }
+
+    /// A place for one more connection from `ip` once it has fewer than
+    /// `max`: waited for by a TLS connection over the cap. An API server
+    /// that sends many requests at once before its first connection is up
+    /// dials one connection per request (Go's transport and hyper's both
+    /// do, as neither knows yet that the first will speak HTTP/2 and carry
+    /// them all); closing the extra dials at accept failed those requests
+    /// (a reset, and a refused create under failurePolicy Fail), while
+    /// waiting lets the first connection serve them and the client drop
+    /// its extra dials. The address still has at most `max` connections in
+    /// or past their handshake.
+    async fn wait(self: &Arc<Self>, ip: IpAddr, max: usize) -> PeerGuard {
+        loop {
+            let left = self.left.notified();
+            tokio::pin!(left);
+            // Registered before the look, so a leave between the two wakes it.
+            left.as_mut().enable();
+            if let Some(guard) = self.enter(ip, max) {
+                return guard;
+            }
+            left.await;
+        }
+    }
+}
+
+/// One connection counted in `bizrq_waiting_connections` while alive.
+struct Waiting(prometheus_client::metrics::gauge::Gauge);
+
+impl Waiting {
+    fn new(gauge: prometheus_client::metrics::gauge::Gauge) -> Waiting {
+        gauge.inc();
+        Waiting(gauge)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 struct PeerGuard {
@@ -280,6 +354,8 @@ impl Drop for PeerGuard {
                 open.remove(&self.ip);
             }
         }
+        drop(open);
+        self.peers.left.notify_waiters();
     }
 }
 
@@ -339,13 +415,45 @@ struct Conn {
 
 impl Conn {
     /// `first`: what the connection took at accept; with TLS, a finished
-    /// handshake then needs one of `slots`.
+    /// handshake then needs one of `slots`. `place`: its place among its
+    /// address's connections (None: still to be waited for), held until
+    /// it ends.
     async fn run(
         self,
         stream: tokio::net::TcpStream,
         tls: Option<(Arc<rustls::ServerConfig>, Arc<Semaphore>)>,
         first: First,
+        place: Option<PeerGuard>,
     ) {
+        let (first, _place) = match first {
+            First::Wait(w) => {
+                let Wait {
+                    peers,
+                    ip,
+                    max,
+                    handshakes,
+                    _slot,
+                } = *w;
+                let waited = {
+                    let _counted = Waiting::new(self.metrics.waiting_connections(self.name));
+                    tokio::time::timeout(self.limits.tls_handshake, peers.wait(ip, max)).await
+                };
+                let Ok(guard) = waited else {
+                    self.metrics
+                        .count_connection_closed(self.name, "peer_limit");
+                    tracing::debug!(listener = self.name, peer = %self.peer, "no place for this address before the handshake timeout");
+                    return;
+                };
+                // Now a handshake like any, with its own time.
+                let (handshake, evicted) = handshakes.begin();
+                if evicted {
+                    self.metrics
+                        .count_connection_closed(self.name, "handshake_evicted");
+                }
+                (First::Handshake(handshake), Some(guard))
+            }
+            first => (first, place),
+        };
         let activity = Arc::new(Activity::new());
         let io = Tracked {
             inner: stream,

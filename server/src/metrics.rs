@@ -220,6 +220,9 @@ pub struct Metrics {
     pub webhook_unauthorized: Counter,
     /// Open connections per listener.
     pub open_connections: Family<ListenerLabels, Gauge>,
+    /// Of those, TLS connections over their address's cap waiting for a
+    /// place (`listen::Peers::wait`), per listener.
+    pub waiting_connections: Family<ListenerLabels, Gauge>,
     /// Connections closed by a limit or a timeout, per listener and reason.
     pub connections_closed: Family<ClosedLabels, Counter>,
     /// Workloads waiting in a quota's queue, by what they wait for
@@ -442,6 +445,7 @@ impl Default for Metrics {
         );
         let webhook_unauthorized = Counter::default();
         let open_connections = Family::<ListenerLabels, Gauge>::default();
+        let waiting_connections = Family::<ListenerLabels, Gauge>::default();
         let connections_closed = Family::<ClosedLabels, Counter>::default();
         registry.register(
             "deferred_releases",
@@ -482,6 +486,11 @@ impl Default for Metrics {
             "open_connections",
             "Open connections by listener (http, webhook)",
             open_connections.clone(),
+        );
+        registry.register(
+            "waiting_connections",
+            "Of the open connections, those over their address's cap waiting for a place (TLS listeners: an API server's burst of dials), by listener",
+            waiting_connections.clone(),
         );
         registry.register(
             "connections_closed",
@@ -603,6 +612,7 @@ impl Default for Metrics {
             workload_lookup_read_failures,
             webhook_unauthorized,
             open_connections,
+            waiting_connections,
             connections_closed,
             mail_sent,
             mail_failures,
@@ -705,6 +715,14 @@ impl Metrics {
 
     pub fn connections(&self, listener: &str) -> Gauge {
         self.open_connections
+            .get_or_create(&ListenerLabels {
+                listener: listener.into(),
+            })
+            .clone()
+    }
+
+    pub fn waiting_connections(&self, listener: &str) -> Gauge {
+        self.waiting_connections
             .get_or_create(&ListenerLabels {
                 listener: listener.into(),
             })

@@ -23,6 +23,7 @@ pub(super) struct Attrs {
 }
 
 /// One webhook of the loaded ValidatingWebhookConfiguration.
+#[derive(Clone)]
 pub(super) struct Webhook {
     name: String,
     rules: Vec<Value>,
@@ -32,7 +33,30 @@ pub(super) struct Webhook {
     fail: bool,
     side_effects: String,
     url: String,
+    /// `timeoutSeconds`: each call's own.
+    timeout: std::time::Duration,
+    /// Which transport it calls through (`State::transports`).
+    transport: Transport,
     client: reqwest::Client,
+}
+
+/// A webhook transport's key: the server name, the endpoint it resolves
+/// to and the caBundle (base64).
+pub(super) type Transport = (String, std::net::SocketAddr, String);
+
+/// An HTTPS client for `key`: the Service's name resolves to its endpoint
+/// (a port in the URL other than the default 443 is kept), verified
+/// against the caBundle alone.
+fn transport(key: &Transport) -> reqwest::Client {
+    let (host, endpoint, bundle) = key;
+    let pem = base64_decode(bundle);
+    let ca = reqwest::Certificate::from_pem(&pem).expect("caBundle holds a PEM certificate");
+    reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(ca)
+        .resolve(host, *endpoint)
+        .build()
+        .expect("webhook client")
 }
 
 impl FakeApi {
@@ -52,16 +76,44 @@ impl FakeApi {
             .as_array_mut()
             .expect("webhooks is a list");
         let mut loaded = Vec::new();
+        let mut transports = std::mem::take(&mut self.state.lock().unwrap().transports);
         for hook in hooks {
             hook["clientConfig"]["caBundle"] = json!(base64_encode(ca_pem.as_bytes()));
-            loaded.push(Webhook::load(hook, endpoint));
+            loaded.push(Webhook::load(hook, endpoint, &mut transports));
         }
         let mut g = self.state.lock().unwrap();
+        g.transports = transports;
         if mutating {
             g.mutating = Arc::new(loaded);
         } else {
             g.webhooks = Arc::new(loaded);
         }
+    }
+
+    /// The webhooks' connections are dropped, as when kube-apiserver
+    /// restarts: the configurations stay, each call after this one dials
+    /// afresh (on a new transport, shared again as before).
+    pub fn restart_webhook_transports(&self) {
+        let mut g = self.state.lock().unwrap();
+        g.transports.clear();
+        let fresh = |hooks: &Arc<Vec<Webhook>>, made: &mut HashMap<_, reqwest::Client>| {
+            Arc::new(
+                hooks
+                    .iter()
+                    .map(|h| Webhook {
+                        client: made
+                            .entry(h.transport.clone())
+                            .or_insert_with(|| transport(&h.transport))
+                            .clone(),
+                        ..h.clone()
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let mut made = HashMap::new();
+        g.webhooks = fresh(&g.webhooks, &mut made);
+        g.mutating = fresh(&g.mutating, &mut made);
+        g.transports = made;
     }
 
     /// Mutating admission of one write, before validating admission: each
@@ -377,7 +429,13 @@ fn denied(webhook: &str, st: &Value) -> Response<RespBody> {
 }
 
 impl Webhook {
-    fn load(hook: &Value, endpoint: std::net::SocketAddr) -> Webhook {
+    /// `transports`: the clients made so far (`State::transports`), the
+    /// hook's taken from them or added.
+    fn load(
+        hook: &Value,
+        endpoint: std::net::SocketAddr,
+        transports: &mut HashMap<Transport, reqwest::Client>,
+    ) -> Webhook {
         let name = hook["name"].as_str().expect("webhook name").to_string();
         assert!(
             hook["admissionReviewVersions"]
@@ -410,17 +468,15 @@ impl Webhook {
             }
         };
         let url = format!("{url}?timeout={timeout}s");
-        let pem = base64_decode(cc["caBundle"].as_str().expect("caBundle"));
-        let ca = reqwest::Certificate::from_pem(&pem).expect("caBundle holds a PEM certificate");
-        let client = reqwest::Client::builder()
-            .tls_built_in_root_certs(false)
-            .add_root_certificate(ca)
-            // The Service's name resolves to its endpoint; a port in the
-            // URL other than the default 443 is kept.
-            .resolve(&host, endpoint)
-            .timeout(std::time::Duration::from_secs(timeout))
-            .build()
-            .expect("webhook client");
+        let key = (
+            host,
+            endpoint,
+            cc["caBundle"].as_str().expect("caBundle").to_string(),
+        );
+        let client = transports
+            .entry(key.clone())
+            .or_insert_with(|| transport(&key))
+            .clone();
         let selector = |k: &str| Some(hook[k].clone()).filter(|v| v.is_object());
         Webhook {
             rules: hook["rules"].as_array().cloned().unwrap_or_default(),
@@ -429,6 +485,8 @@ impl Webhook {
             fail: hook["failurePolicy"].as_str().unwrap_or("Fail") == "Fail",
             side_effects,
             url,
+            timeout: std::time::Duration::from_secs(timeout),
+            transport: key,
             client,
             name,
         }
@@ -471,6 +529,7 @@ impl Webhook {
         let r = self
             .client
             .post(&self.url)
+            .timeout(self.timeout)
             .json(review)
             .send()
             .await
