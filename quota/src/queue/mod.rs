@@ -17,6 +17,7 @@
 //! | `ledger` | `status.queue` as writes change it: join, refresh, leave |
 //! | `share` | whose share of a queue an entry counts against (`maxPerSubmitter`) |
 //! | `summary` | the bounded queue a status shows with marks on: the top entries and a summary |
+//! | `inputs` | which versions of a quota a round reads alike (a round on either would plan the same) |
 //!
 //! What the queue keeps in a quota — `spec.queueing`, `status.queue` and
 //! `status.queueSummary` — is plain data in `crate::object::queueing` and
@@ -29,6 +30,7 @@ pub mod budgets;
 pub mod entries;
 pub mod estimate;
 pub mod fold;
+pub mod inputs;
 pub mod mark;
 pub mod order;
 pub mod pending;

@@ -57,14 +57,14 @@ impl Context {
         name: &str,
         now: i64,
         due: &mut Vec<(String, Victim)>,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<Option<crate::service::Written>, ServiceError> {
         // As a whole read gives it (`Service::proven`).
         let q = self.service.proven(name).await?.quota;
         let ours = preempt::under_way(&q);
         let wants =
             q.spec.queueing.preemption == Preemption::LowerPriority && !q.status.queue.is_empty();
         if !wants && !ours {
-            return Ok(());
+            return Ok(None);
         }
         let found = if wants {
             self.preemption_plan(&q, now).await?.reclaim()
@@ -107,9 +107,9 @@ impl Context {
         let reason = format!(
             "preempted for {head}, of higher priority; waits to be admitted again when it fits"
         );
-        let (outcome, queued) = self
+        let ((outcome, queued), written) = self
             .service
-            .update_status(name, false, |q| {
+            .update_status_stamped(name, |_, q| {
                 let o = reclaim::reconcile_marks_of(
                     Origin::Preempt,
                     name,
@@ -185,7 +185,7 @@ impl Context {
         if let Some(at) = next_due {
             self.wake_at(name, at);
         }
-        Ok(())
+        Ok(written)
     }
 
     /// The running work of quota `q` a queue's preemption may weigh, as

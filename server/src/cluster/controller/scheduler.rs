@@ -69,6 +69,9 @@ pub(super) const ARRIVED_AT_MOST: Duration = Duration::from_secs(2);
 pub(super) struct RoundInputs {
     /// The quota's version: its spec, charges and listed queue.
     pub stamp: crate::store::Stamp,
+    /// The copy of the quota at `stamp` (None where this process does
+    /// not hold it: then only the same version reads the same).
+    pub copy: Option<Arc<crate::store::Stored>>,
     /// What it may fill up to with what its parent could lend it now
     /// (`quota::queue::borrow_limits`; empty: it cannot borrow).
     pub limits: ResourceList,
@@ -169,10 +172,24 @@ impl RoundInputs {
         }
     }
 
+    /// Whether a round reads `now`'s version of the quota as `self`'s: the
+    /// same version, or one that differs only in what no round reads
+    /// (`quota::queue::inputs::reads_same`: the share its parent's room
+    /// gives it, which every sibling's loan moves, a reconcile's time, the
+    /// summaries for people).
+    fn same_quota(&self, now: &RoundInputs) -> bool {
+        self.stamp == now.stamp
+            || self
+                .copy
+                .as_ref()
+                .zip(now.copy.as_ref())
+                .is_some_and(|(a, b)| quota::queue::inputs::reads_same(&a.quota, &b.quota))
+    }
+
     /// Whether everything but the room to borrow (and the arrivals) is as
     /// in `self`.
     pub fn same_but_room(&self, now: &RoundInputs) -> bool {
-        self.stamp == now.stamp
+        self.same_quota(now)
             && self.held == now.held
             && self.classes == now.classes
             && self.limits.is_empty() == now.limits.is_empty()
@@ -290,7 +307,7 @@ impl Scheduler {
         let was = &i.inputs;
         if i.until <= Instant::now() {
             "due"
-        } else if was.stamp != now.stamp {
+        } else if !was.same_quota(now) {
             "version"
         } else if was.held != now.held {
             "objects"
@@ -632,14 +649,20 @@ impl Context {
         // held meanwhile, so its reconcile never waits for them.
         let released = self.release_all(name, release).await;
         let mut due = Vec::new();
-        let preempted = {
+        let (preempted, stepped) = {
             let _serial = self.one_at_a_time(name).await;
             let now = self.now();
             let step = self.preempt_for_queue(name, now, &mut due).await;
             if let Err(e) = &step {
                 tracing::warn!(quota = %name, error = %e, "preemption step failed; next reconcile retries");
             }
-            step.is_err() || !due.is_empty()
+            (step.is_err() || !due.is_empty(), step.ok().flatten())
+        };
+        // The step's own write (its marks, none due) follows the round's:
+        // both are what it planned.
+        let written = match written {
+            Some(w) => Some(w.then(stepped)),
+            None => stepped,
         };
         // Where the room it planned within was less than it was told
         // (another replica's loan, a sibling's admission in between), the
@@ -664,10 +687,16 @@ impl Context {
                     *v = (*v).min(resources::get(&planned, k));
                 }
             }
-            // Its own write (the restated queue) on the version it read
-            // is what it planned: the next round reads that one.
+            // Its own writes (the restated queue, the preemption step's
+            // marks) from the version it read are what it planned: the
+            // next round reads the last.
             if let Some(w) = written.filter(|w| w.on == i.stamp) {
                 i.stamp = w.now;
+                // Its copy, where this process's cache holds that one.
+                i.copy = self
+                    .service
+                    .cached_quota(name)
+                    .filter(|c| crate::store::Stamp::of(c) == i.stamp);
             }
             (i.reach, i.left_room) = reach.map_or((None, false), |(r, left)| (Some(r), left));
             Ok(i)
@@ -696,6 +725,7 @@ impl Context {
         };
         let inputs = RoundInputs {
             stamp: crate::store::Stamp::of(&stored),
+            copy: Some(stored.clone()),
             limits,
             held,
             arrived,
@@ -784,6 +814,7 @@ mod tests {
                 version,
                 uid: "u".into(),
             },
+            copy: None,
             limits: cpu
                 .map(|c| ResourceList::from([("requests.cpu".to_string(), c.parse().unwrap())]))
                 .unwrap_or_default(),
@@ -794,6 +825,45 @@ mod tests {
             reach: None,
             left_room: false,
         }
+    }
+
+    /// `inputs` with its copy of the quota: `change`d from a plain one.
+    fn with_copy(version: i64, change: impl FnOnce(&mut quota::Quota)) -> RoundInputs {
+        let mut q: quota::Quota = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "uid": "u"},
+            "spec": {"parent": "org", "hard": {"requests.cpu": "4"}, "queueing": "Queue"},
+        }))
+        .unwrap();
+        change(&mut q);
+        let mut i = inputs(version, 3, Some("6"));
+        i.copy = Some(Arc::new(crate::store::Stored { quota: q, version }));
+        i
+    }
+
+    /// A new version that differs only in what no round reads (a
+    /// sibling's loan moved its fair share; a reconcile's time) reads as
+    /// the idle round's: put off. One that released a charge runs, for
+    /// its version.
+    #[test]
+    fn a_version_a_round_reads_alike_is_put_off() {
+        let s = Scheduler::default();
+        s.ended("a", Ok(with_copy(7, |_| ())), Instant::now(), T0);
+        let shares = with_copy(8, |q| {
+            q.status.fair_sharing = Some(Default::default());
+            q.status.last_reconcile_time = Some("2026-11-21T10:00:01Z".into());
+        });
+        assert!(put_off(&s, "a", &shares).is_some(), "only its share moved");
+        let freed = with_copy(9, |q| {
+            q.status
+                .used
+                .insert("requests.cpu".into(), "1".parse().unwrap());
+        });
+        assert_eq!(put_off(&s, "a", &freed), None);
+        assert_eq!(s.why_run("a", &freed), "version");
+        // Without a copy on either side, only the same version reads alike.
+        let mut bare = shares.clone();
+        bare.copy = None;
+        assert_eq!(put_off(&s, "a", &bare), None);
     }
 
     fn put_off(s: &Scheduler, name: &str, i: &RoundInputs) -> Option<Duration> {
