@@ -40,21 +40,31 @@ pub(super) struct Webhook {
     client: reqwest::Client,
 }
 
-/// A webhook transport's key: the server name, the endpoint it resolves
-/// to and the caBundle (base64).
-pub(super) type Transport = (String, std::net::SocketAddr, String);
+/// A webhook client's key, as kube-apiserver caches its webhook clients
+/// (`ClientManager::HookClient`, by the whole client config): the server
+/// name, the URL (its path included), the endpoint it resolves to and the
+/// caBundle (base64). Webhooks of one Service and path share a client;
+/// each path has its own (kube-apiserver's custom dialer keeps client-go
+/// from sharing transports between them).
+pub(super) type Transport = (String, String, std::net::SocketAddr, String);
 
 /// An HTTPS client for `key`: the Service's name resolves to its endpoint
 /// (a port in the URL other than the default 443 is kept), verified
-/// against the caBundle alone.
+/// against the caBundle alone. HTTP/1.1 only, as kube-apiserver calls
+/// webhooks (`NextProtos = ["http/1.1"]`, kubernetes#75791): one
+/// connection per review in flight, up to 25 kept idle for 90 s
+/// (client-go's transport defaults).
 fn transport(key: &Transport) -> reqwest::Client {
-    let (host, endpoint, bundle) = key;
+    let (host, _, endpoint, bundle) = key;
     let pem = base64_decode(bundle);
     let ca = reqwest::Certificate::from_pem(&pem).expect("caBundle holds a PEM certificate");
     reqwest::Client::builder()
         .tls_built_in_root_certs(false)
         .add_root_certificate(ca)
         .resolve(host, *endpoint)
+        .http1_only()
+        .pool_max_idle_per_host(25)
+        .pool_idle_timeout(std::time::Duration::from_secs(90))
         .build()
         .expect("webhook client")
 }
@@ -467,9 +477,9 @@ impl Webhook {
                 (host, url)
             }
         };
-        let url = format!("{url}?timeout={timeout}s");
         let key = (
             host,
+            url.clone(),
             endpoint,
             cc["caBundle"].as_str().expect("caBundle").to_string(),
         );
@@ -477,6 +487,7 @@ impl Webhook {
             .entry(key.clone())
             .or_insert_with(|| transport(&key))
             .clone();
+        let url = format!("{url}?timeout={timeout}s");
         let selector = |k: &str| Some(hook[k].clone()).filter(|v| v.is_object());
         Webhook {
             rules: hook["rules"].as_array().cloned().unwrap_or_default(),

@@ -147,10 +147,10 @@ struct State {
     unreachable: HashMap<String, usize>,
     /// The loaded ValidatingWebhookConfiguration, if any.
     webhooks: Arc<Vec<Webhook>>,
-    /// The webhooks' HTTPS clients, one per server name, endpoint and CA:
-    /// kube-apiserver's webhooks that reach the same Service with the same
-    /// caBundle share one transport (client-go's TLS transport cache), so
-    /// their calls share its connections (one HTTP/2 connection, once up).
+    /// The webhooks' HTTPS clients, one per client config (Service, path,
+    /// endpoint, caBundle), as kube-apiserver caches them: two webhooks of
+    /// the same path share one; HTTP/1.1, one connection per review in
+    /// flight (`admission::transport`).
     transports: HashMap<admission::Transport, reqwest::Client>,
     /// The loaded MutatingWebhookConfiguration, if any: called before the
     /// validating ones, one after another, each seeing the object as the
