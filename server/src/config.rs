@@ -236,7 +236,7 @@ pub struct ServeArgs {
     /// Open connections on the webhook port (counted apart from the
     /// portal's) past their TLS handshake; as many handshakes again may be
     /// in progress.
-    #[arg(long, env = "BIZRQ_WEBHOOK_MAX_CONNECTIONS", default_value_t = 256)]
+    #[arg(long, env = "BIZRQ_WEBHOOK_MAX_CONNECTIONS", default_value_t = 512)]
     pub webhook_max_connections: usize,
     /// Open portal/API connections from one address (0: no cap). Behind an
     /// ingress or a proxy every client comes from its few addresses: raise
@@ -244,13 +244,16 @@ pub struct ServeArgs {
     #[arg(long, env = "BIZRQ_MAX_CONNECTIONS_PER_IP", default_value_t = 64)]
     pub max_connections_per_ip: usize,
     /// Open webhook connections from one address, handshakes included (0:
-    /// no cap). The API servers are a few addresses with a few connections
-    /// each; a connection beyond it waits up to the TLS handshake timeout
-    /// for one to close (at most as many as the webhook's connections).
+    /// no cap). kube-apiserver calls webhooks over HTTP/1.1, one
+    /// connection per review in flight, with a client per webhook path
+    /// keeping up to 25 idle: bizrq's seven paths can hold 175 from one
+    /// API server. A connection beyond it waits up to the TLS handshake
+    /// timeout for one to close (at most as many as the webhook's
+    /// connections wait).
     #[arg(
         long,
         env = "BIZRQ_WEBHOOK_MAX_CONNECTIONS_PER_IP",
-        default_value_t = 32
+        default_value_t = 256
     )]
     pub webhook_max_connections_per_ip: usize,
     /// MiB of request bodies the portal/API handlers may hold at once; a

@@ -302,14 +302,13 @@ impl Peers {
 
     /// A place for one more connection from `ip` once it has fewer than
     /// `max`: waited for by a TLS connection over the cap. An API server
-    /// that sends many requests at once before its first connection is up
-    /// dials one connection per request (Go's transport and hyper's both
-    /// do, as neither knows yet that the first will speak HTTP/2 and carry
-    /// them all); closing the extra dials at accept failed those requests
-    /// (a reset, and a refused create under failurePolicy Fail), while
-    /// waiting lets the first connection serve them and the client drop
-    /// its extra dials. The address still has at most `max` connections in
-    /// or past their handshake.
+    /// calls webhooks over HTTP/1.1, one connection per review in flight:
+    /// in a burst it dials more than the cap, and closing the extra dials
+    /// at accept failed their reviews (a reset, and a refused create under
+    /// failurePolicy Fail), while waiting lets its connections serve them
+    /// as they free (its pool hands a freed connection to a waiting
+    /// request) and the client drop its extra dials. The address still
+    /// has at most `max` connections in or past their handshake.
     async fn wait(self: &Arc<Self>, ip: IpAddr, max: usize) -> PeerGuard {
         loop {
             let left = self.left.notified();
