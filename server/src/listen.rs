@@ -276,49 +276,89 @@ impl Drop for Handshake {
     }
 }
 
-/// Open connections per peer address.
+/// Open connections per peer address: a semaphore of `max` places per
+/// address, in the map while anyone holds or waits for one of its places.
 #[derive(Default)]
 struct Peers {
-    open: Mutex<HashMap<IpAddr, usize>>,
-    /// Fires whenever a connection leaves: waiting ones look again.
-    left: tokio::sync::Notify,
+    open: Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
 }
 
 impl Peers {
-    /// Count one more connection from `ip`, unless it has `max` already
-    /// (0: no cap). The count drops with the returned guard.
-    fn enter(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<PeerGuard> {
+    /// The places of `ip` (made with `max` where it has none yet).
+    fn places(self: &Arc<Self>, ip: IpAddr, max: usize) -> Places {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let n = open.entry(ip).or_insert(0);
-        if max > 0 && *n >= max {
-            return None;
-        }
-        *n += 1;
-        Some(PeerGuard {
+        let places = open
+            .entry(ip)
+            .or_insert_with(|| Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))))
+            .clone();
+        Places {
             peers: self.clone(),
             ip,
+            max,
+            places,
+        }
+    }
+
+    /// One more connection from `ip`, unless it has `max` already (0: no
+    /// cap). Its place is given back with the returned guard.
+    fn enter(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<PeerGuard> {
+        if max == 0 {
+            return Some(PeerGuard {
+                _permit: None,
+                _places: None,
+            });
+        }
+        let places = self.places(ip, max);
+        let permit = places.places.clone().try_acquire_owned().ok()?;
+        Some(PeerGuard {
+            _permit: Some(permit),
+            _places: Some(places),
         })
     }
 
     /// A place for one more connection from `ip` once it has fewer than
-    /// `max`: waited for by a TLS connection over the cap. An API server
-    /// calls webhooks over HTTP/1.1, one connection per review in flight:
-    /// in a burst it dials more than the cap, and closing the extra dials
-    /// at accept failed their reviews (a reset, and a refused create under
-    /// failurePolicy Fail), while waiting lets its connections serve them
-    /// as they free (its pool hands a freed connection to a waiting
-    /// request) and the client drop its extra dials. The address still
-    /// has at most `max` connections in or past their handshake.
+    /// `max`: waited for by a TLS connection over the cap, in turn (the
+    /// semaphore is fair: a freed place wakes one waiting connection). An
+    /// API server calls webhooks over HTTP/1.1, one connection per review
+    /// in flight: in a burst it dials more than the cap, and closing the
+    /// extra dials at accept failed their reviews (a reset, and a refused
+    /// create under failurePolicy Fail), while waiting lets its
+    /// connections serve them as they free (its pool hands a freed
+    /// connection to a waiting request) and the client drop its extra
+    /// dials. The address still has at most `max` connections in or past
+    /// their handshake.
     async fn wait(self: &Arc<Self>, ip: IpAddr, max: usize) -> PeerGuard {
-        loop {
-            let left = self.left.notified();
-            tokio::pin!(left);
-            // Registered before the look, so a leave between the two wakes it.
-            left.as_mut().enable();
-            if let Some(guard) = self.enter(ip, max) {
-                return guard;
-            }
-            left.await;
+        let places = self.places(ip, max);
+        let permit = places.places.clone().acquire_owned().await.ok();
+        PeerGuard {
+            _permit: permit,
+            _places: Some(places),
+        }
+    }
+}
+
+/// A handle on an address's places; the last one dropped while every
+/// place is free takes the address out of the map.
+struct Places {
+    peers: Arc<Peers>,
+    ip: IpAddr,
+    max: usize,
+    places: Arc<Semaphore>,
+}
+
+impl Drop for Places {
+    fn drop(&mut self) {
+        let mut open = self.peers.open.lock().unwrap_or_else(|e| e.into_inner());
+        // Held by the map and this handle alone (a permit holds a handle
+        // too, dropped before it), every place free.
+        let unused = Arc::strong_count(&self.places) == 2
+            && self.places.available_permits() == self.max.min(Semaphore::MAX_PERMITS);
+        if unused
+            && open
+                .get(&self.ip)
+                .is_some_and(|p| Arc::ptr_eq(p, &self.places))
+        {
+            open.remove(&self.ip);
         }
     }
 }
@@ -339,23 +379,12 @@ impl Drop for Waiting {
     }
 }
 
+/// A connection's place among its address's (none without a cap).
+/// Fields drop in order: the place goes back before the handle looks
+/// whether the address is still in use.
 struct PeerGuard {
-    peers: Arc<Peers>,
-    ip: IpAddr,
-}
-
-impl Drop for PeerGuard {
-    fn drop(&mut self) {
-        let mut open = self.peers.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = open.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.ip);
-            }
-        }
-        drop(open);
-        self.peers.left.notify_waiters();
-    }
+    _permit: Option<OwnedSemaphorePermit>,
+    _places: Option<Places>,
 }
 
 /// The body bytes one request has taken out of its listener's budget,
@@ -433,11 +462,16 @@ impl Conn {
                     handshakes,
                     _slot,
                 } = *w;
+                let mut shutdown = self.shutdown.clone();
                 let waited = {
                     let _counted = Waiting::new(self.metrics.waiting_connections(self.name));
-                    tokio::time::timeout(self.limits.tls_handshake, peers.wait(ip, max)).await
+                    tokio::select! {
+                        w = tokio::time::timeout(self.limits.tls_handshake, peers.wait(ip, max)) => w.ok(),
+                        // Shutting down: no new connection starts.
+                        _ = stopped(&mut shutdown) => return,
+                    }
                 };
-                let Ok(guard) = waited else {
+                let Some(guard) = waited else {
                     self.metrics
                         .count_connection_closed(self.name, "peer_limit");
                     tracing::debug!(listener = self.name, peer = %self.peer, "no place for this address before the handshake timeout");
@@ -667,5 +701,44 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Over its cap an address's connection waits in turn for a place;
+    /// the address is forgotten once nothing holds or waits for one.
+    #[tokio::test]
+    async fn a_connection_waits_in_turn_and_an_unused_address_is_forgotten() {
+        let peers = Arc::new(Peers::default());
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let first = peers.enter(ip, 1).expect("a place");
+        assert!(peers.enter(ip, 1).is_none(), "over the cap");
+        let waiting = tokio::spawn({
+            let peers = peers.clone();
+            async move { peers.wait(ip, 1).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "it waits while the place is held");
+        drop(first);
+        let second = tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("the freed place is its")
+            .unwrap();
+        assert!(peers.enter(ip, 1).is_none(), "the waiter holds it now");
+        drop(second);
+        assert!(peers.open.lock().unwrap().is_empty(), "forgotten");
+        // A wait given up leaves nothing behind.
+        let third = peers.enter(ip, 1).expect("a place");
+        let gave_up = tokio::time::timeout(Duration::from_millis(20), peers.wait(ip, 1)).await;
+        assert!(gave_up.is_err());
+        drop(third);
+        assert!(peers.open.lock().unwrap().is_empty(), "forgotten");
+        // No cap: never waits, never kept.
+        let free: Vec<_> = (0..3).filter_map(|_| peers.enter(ip, 0)).collect();
+        assert_eq!(free.len(), 3);
+        assert!(peers.open.lock().unwrap().is_empty());
     }
 }

@@ -494,7 +494,7 @@ impl Default for Metrics {
         );
         registry.register(
             "connections_closed",
-            "Connections closed by a limit or timeout, by listener and reason (limit, peer_limit, handshake_evicted, idle, header_timeout, tls_handshake_timeout, tls_error)",
+            "Connections closed by a limit or timeout, by listener and reason (limit, peer_limit: over an address's cap, closed at accept or after waiting the handshake timeout for a place, handshake_evicted, idle, header_timeout, tls_handshake_timeout, tls_error)",
             connections_closed.clone(),
         );
         let queue_length = Family::<QueueLabels, Gauge>::default();
