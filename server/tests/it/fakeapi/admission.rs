@@ -153,8 +153,7 @@ impl FakeApi {
             let sent = std::time::Instant::now();
             let answer = h.call(&r).await;
             let patched = matches!(&answer, Ok(r) if r["patch"].is_string());
-            self.observe_webhook(&h.name, a.operation, sent.elapsed());
-            self.observe_webhook_answer(&h.name, a.operation, patched, sent.elapsed());
+            self.observe_webhook(&h.name, a.operation, Some(patched), sent.elapsed());
             match answer {
                 Ok(resp) => {
                     if let Some(w) = resp["warnings"].as_array() {
@@ -341,7 +340,7 @@ impl FakeApi {
             futures::future::join_all(matched.iter().zip(&reviews).map(|(h, r)| async move {
                 let sent = std::time::Instant::now();
                 let answer = h.call(r).await;
-                self.observe_webhook(&h.name, a.operation, sent.elapsed());
+                self.observe_webhook(&h.name, a.operation, None, sent.elapsed());
                 answer
             }))
             .await;

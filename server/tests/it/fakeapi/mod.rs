@@ -426,31 +426,30 @@ impl FakeApi {
     }
 
     /// Kept under the webhook's name and again under `name/OPERATION`,
-    /// so a bench can tell the creates' latency from the updates'.
-    pub(super) fn observe_webhook(&self, name: &str, operation: &str, took: std::time::Duration) {
+    /// so a bench can tell the creates' latency from the updates'; a
+    /// mutating webhook's also under `name/OPERATION/patched` or `/plain`
+    /// (`patched`: Some), so it can tell the reviews that held an object
+    /// back from those passed on.
+    pub(super) fn observe_webhook(
+        &self,
+        name: &str,
+        operation: &str,
+        patched: Option<bool>,
+        took: std::time::Duration,
+    ) {
         let mut g = self.state.lock().unwrap();
         g.latencies.entry(name.to_string()).or_default().push(took);
         g.latencies
             .entry(format!("{name}/{operation}"))
             .or_default()
             .push(took);
-    }
-
-    /// Kept again under `name/OPERATION/patched` or `/plain`: a bench can
-    /// tell the reviews that held an object back from those passed on.
-    pub(super) fn observe_webhook_answer(
-        &self,
-        name: &str,
-        operation: &str,
-        patched: bool,
-        took: std::time::Duration,
-    ) {
-        let answer = if patched { "patched" } else { "plain" };
-        let mut g = self.state.lock().unwrap();
-        g.latencies
-            .entry(format!("{name}/{operation}/{answer}"))
-            .or_default()
-            .push(took);
+        if let Some(patched) = patched {
+            let answer = if patched { "patched" } else { "plain" };
+            g.latencies
+                .entry(format!("{name}/{operation}/{answer}"))
+                .or_default()
+                .push(took);
+        }
     }
 
     /// Stamp each created object's `creationTimestamp` with the wall clock,
