@@ -212,7 +212,12 @@ fn opts() -> Opts {
         delete_finished: flag("--delete-finished"),
         marks: !flag("--marks-off"),
         one_runtime: flag("--one-runtime"),
-        harness_nice: num("--harness-nice", 5.0).clamp(0.0, 19.0) as i32,
+        // One runtime for all: nothing of the bench's own to nice apart.
+        harness_nice: if flag("--one-runtime") {
+            0
+        } else {
+            num("--harness-nice", 5.0).clamp(0.0, 19.0) as i32
+        },
         hold_fitting: !flag("--admit-at-create"),
     }
 }
@@ -1142,7 +1147,7 @@ fn main() {
     // CPUs to bizrq and the API server first, as on a cluster where they
     // run elsewhere. The API server stays at bizrq's priority: its own
     // waits count in the webhook latencies it measures.
-    let nice = if o.one_runtime { 0 } else { o.harness_nice };
+    let nice = o.harness_nice;
     let niced = move || {
         // SAFETY: setpriority takes plain integers and touches no memory;
         // on Linux it sets the calling thread's nice value.
