@@ -184,10 +184,8 @@ pub fn serve(
             };
             let tls = tls.as_ref().map(|c| (c.get_inner(), slots.clone()));
             tokio::spawn(async move {
-                let open = conn.metrics.connections(name);
-                open.inc();
+                let _open = Counted::new(conn.metrics.connections(name));
                 conn.run(stream, tls, first, from_peer).await;
-                open.dec();
             });
         }
         drop(listener);
@@ -363,17 +361,18 @@ impl Drop for Places {
     }
 }
 
-/// One connection counted in `bizrq_waiting_connections` while alive.
-struct Waiting(prometheus_client::metrics::gauge::Gauge);
+/// One connection counted in a gauge (`bizrq_open_connections`,
+/// `bizrq_waiting_connections`) while this lives, however it ends.
+struct Counted(prometheus_client::metrics::gauge::Gauge);
 
-impl Waiting {
-    fn new(gauge: prometheus_client::metrics::gauge::Gauge) -> Waiting {
+impl Counted {
+    fn new(gauge: prometheus_client::metrics::gauge::Gauge) -> Counted {
         gauge.inc();
-        Waiting(gauge)
+        Counted(gauge)
     }
 }
 
-impl Drop for Waiting {
+impl Drop for Counted {
     fn drop(&mut self) {
         self.0.dec();
     }
@@ -464,7 +463,7 @@ impl Conn {
                 } = *w;
                 let mut shutdown = self.shutdown.clone();
                 let waited = {
-                    let _counted = Waiting::new(self.metrics.waiting_connections(self.name));
+                    let _counted = Counted::new(self.metrics.waiting_connections(self.name));
                     tokio::select! {
                         w = tokio::time::timeout(self.limits.tls_handshake, peers.wait(ip, max)) => w.ok(),
                         // Shutting down: no new connection starts.
